@@ -1,0 +1,99 @@
+"""Compile a stack into its artefacts and write them to a directory.
+
+Artefacts are a mapping of relative path -> text. Writing is atomic per file and
+removes files that an earlier render wrote but this one no longer produces (tracked
+in `manifest.json`), so the output directory is always exactly the current render.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from enmesh.compile import auth, broker, router
+from enmesh.compile.layout import Layout
+from enmesh.compile.stack import Stack, load_stack
+from enmesh.model import Model, load_model
+
+MANIFEST = "manifest.json"
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+@dataclass(frozen=True)
+class Artefacts:
+    files: dict[str, str]  # relative path -> content
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "files": {
+                path: hashlib.sha256(text.encode()).hexdigest()
+                for path, text in sorted(self.files.items())
+            }
+        }
+
+    def content_hash(self, prefix: str = "") -> str:
+        """Short hash of the files under `prefix`, for names that change with content."""
+        digest = hashlib.sha256()
+        for path, text in sorted(self.files.items()):
+            if path.startswith(prefix):
+                digest.update(path.encode() + b"\0" + text.encode() + b"\0")
+        return digest.hexdigest()[:10]
+
+
+def compile_model(stack: Stack, model: Model) -> Artefacts:
+    layout = Layout(stack, model)
+    files: dict[str, str] = {}
+    for instance in layout.routers:
+        files[f"routers/{instance.id}.conf"] = router.render_router(layout, instance)
+    for spec in stack.spec.brokers:
+        files[f"brokers/{spec.name}.definitions.json"] = to_json(
+            broker.broker_definitions(layout, spec.name)
+        )
+    files["auth/users.json"] = to_json(auth.users(layout))
+    files["auth/sasl2/qdrouterd.conf"] = auth.sasl_config(layout)
+    for tenant in layout.standard_tenants:
+        files[f"auth/policies/{tenant.name}.json"] = to_json(auth.vhost_policy(tenant))
+    return Artefacts(dict(sorted(files.items())))
+
+
+def compile_stack_file(path: Path) -> tuple[Stack, Artefacts]:
+    stack, model_files = load_stack(path)
+    return stack, compile_model(stack, load_model(model_files))
+
+
+def _write_atomically(path: Path, text: str) -> bool:
+    """Write if different; returns whether the file changed."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+    return True
+
+
+def _previous_files(out: Path) -> Iterable[str]:
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        return list(manifest.get("files", {}))
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def write_artefacts(artefacts: Artefacts, out: Path) -> list[str]:
+    """Write every artefact under `out`; returns the relative paths that changed."""
+    changed = [rel for rel, text in artefacts.files.items() if _write_atomically(out / rel, text)]
+    for stale in sorted(set(_previous_files(out)) - set(artefacts.files)):
+        target = out / stale
+        if target.is_file():
+            target.unlink()
+            changed.append(stale)
+    _write_atomically(out / MANIFEST, to_json(artefacts.manifest()))
+    return changed

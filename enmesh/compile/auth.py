@@ -1,0 +1,109 @@
+"""Model + layout -> authentication and authorization material.
+
+- `auth/users.json`: who may log in (SASL identity `<username>@<space>`, the secret that
+  holds the password); the SASL database is built from it at deploy time.
+- `auth/sasl2/qdrouterd.conf`: Cyrus SASL configuration for the routers.
+- `auth/policies/<space>.json`: one qdrouterd vhost policy per standard space: which
+  users, and which addresses each may send to (targets) or receive from (sources).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from enmesh.compile.layout import ROUTER_BROKER_SECRET, ROUTER_BROKER_USER, Layout
+from enmesh.compile.layout import subscription_link_address as _subscription
+from enmesh.model import AddressType, MessagingUser, Operation, Tenant
+
+MANAGEMENT_ADDRESS = "$management"
+
+
+def sasl_identity(tenant: Tenant, user: MessagingUser) -> str:
+    return f"{user.spec.username}@{tenant.name}"
+
+
+def _link_addresses(tenant: Tenant, patterns: list[str]) -> list[str]:
+    """Authorization patterns as link addresses: a subscription is `topic::subscription`."""
+    subscriptions = {
+        a.spec.address: _subscription(a) for a in tenant.of_type(AddressType.SUBSCRIPTION)
+    }
+    return sorted({subscriptions.get(p, p) for p in patterns})
+
+
+def _group(tenant: Tenant, user: MessagingUser) -> dict[str, Any]:
+    manage = user.spec.may(Operation.MANAGE)
+    extra = [MANAGEMENT_ADDRESS] if manage else []
+    return {
+        "users": sasl_identity(tenant, user),
+        "remoteHosts": "*",
+        "sources": ", ".join(
+            _link_addresses(tenant, user.spec.patterns_for(Operation.RECV)) + extra
+        ),
+        "targets": ", ".join(
+            _link_addresses(tenant, user.spec.patterns_for(Operation.SEND)) + extra
+        ),
+        "allowAnonymousSender": False,
+        "allowDynamicSource": True,  # request/reply: temporary reply-to addresses
+        "allowAdminStatusUpdate": manage,
+    }
+
+
+def vhost_policy(tenant: Tenant) -> list[Any]:
+    groups = {user.spec.username: _group(tenant, user) for user in tenant.users}
+    anonymous = tenant.space.spec.authentication.allowAnonymous
+    if anonymous:
+        groups["$default"] = {
+            "remoteHosts": "*",
+            "sources": "*",
+            "targets": "*",
+            "allowAnonymousSender": False,
+            "allowDynamicSource": True,
+        }
+    return [
+        [
+            "vhost",
+            {
+                "hostname": tenant.name,
+                "maxConnections": tenant.plan.spec.resourceLimits.connections,
+                "allowUnknownUser": anonymous,
+                "groups": dict(sorted(groups.items())),
+            },
+        ]
+    ]
+
+
+def users(layout: Layout) -> dict[str, Any]:
+    messaging = [
+        {
+            "identity": sasl_identity(tenant, user),
+            "username": user.spec.username,
+            "realm": tenant.name,
+            "addressSpace": tenant.name,
+            "addressSpaceType": str(tenant.space.spec.type),
+            "passwordSecret": user.spec.authentication.passwordSecret.model_dump(),
+        }
+        for tenant in layout.model.tenants
+        for user in tenant.users
+    ]
+    return {
+        "messagingUsers": sorted(messaging, key=lambda u: u["identity"]),
+        "brokerUsers": [
+            {
+                "name": ROUTER_BROKER_USER,
+                "passwordSecret": {"name": ROUTER_BROKER_SECRET, "key": "password"},
+            }
+        ],
+    }
+
+
+def sasl_config(layout: Layout) -> str:
+    mechanisms = ["EXTERNAL", "PLAIN", "SCRAM-SHA-256"]
+    if any(t.space.spec.authentication.allowAnonymous for t in layout.model.tenants):
+        mechanisms.append("ANONYMOUS")
+    return (
+        "# Cyrus SASL configuration for enmesh routers. Generated; do not edit.\n"
+        "pwcheck_method: auxprop\n"
+        "auxprop_plugin: sasldb\n"
+        f"sasldb_path: {layout.sasldb_path}\n"
+        f"mech_list: {' '.join(sorted(mechanisms))}\n"
+    )

@@ -1,0 +1,167 @@
+"""Model + layout -> RabbitMQ definitions JSON, one file per broker.
+
+Queues are quorum queues (durable, replicated when the broker is a cluster, and the
+only RabbitMQ queue type with a delivery limit). Per-address settings are queue
+arguments; per-tenant behaviour that may change later is a policy.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from enmesh.compile.layout import ROUTER_BROKER_USER, STANDARD_BROKER_VHOST, Layout
+from enmesh.model import Address, AddressType, Operation, Tenant
+
+Definitions = dict[str, Any]
+
+
+def _queue_arguments(layout: Layout, tenant: Tenant, address: Address) -> dict[str, Any]:
+    spec = address.spec
+    arguments: dict[str, Any] = {"x-queue-type": "quorum"}
+    if spec.ttlSeconds is not None:
+        arguments["x-message-ttl"] = spec.ttlSeconds * 1000
+    if spec.maxDeliveries is not None:
+        arguments["x-delivery-limit"] = spec.maxDeliveries
+    if spec.deadLetterAddress is not None:
+        arguments["x-dead-letter-exchange"] = ""
+        arguments["x-dead-letter-routing-key"] = layout.broker_name(tenant, spec.deadLetterAddress)
+    return arguments
+
+
+def _tenant_policy(layout: Layout, tenant: Tenant) -> dict[str, Any]:
+    # At-least-once dead-lettering keeps a dead letter until the DLQ confirms it; it
+    # needs reject-publish overflow, which also makes a full queue refuse, not drop.
+    prefix = re.escape(layout.broker_name(tenant, ""))
+    return {
+        "name": f"{tenant.name}-queues",
+        "vhost": layout.broker_vhost(tenant),
+        "pattern": f"^{prefix}",
+        "apply-to": "queues",
+        "priority": 0,
+        "definition": {"dead-letter-strategy": "at-least-once", "overflow": "reject-publish"},
+    }
+
+
+def _pattern_regex(patterns: list[str]) -> str:
+    if not patterns:
+        return "^$"
+    parts = [re.escape(p[:-1]) + ".*" if p.endswith("*") else re.escape(p) for p in patterns]
+    return "^(" + "|".join(parts) + ")$"
+
+
+def _user_permissions(tenant: Tenant) -> list[dict[str, str]]:
+    """Brokered spaces: clients reach RabbitMQ directly, so their rights become permissions.
+
+    Publishing to a queue goes through the default exchange, hence `amq.default`.
+    """
+    permissions = []
+    for user in tenant.users:
+        sends = user.spec.patterns_for(Operation.SEND)
+        permissions.append(
+            {
+                "user": f"{user.spec.username}@{tenant.name}",
+                "vhost": tenant.name,
+                "configure": r"^amq\.gen-.*",
+                "write": _pattern_regex([*sends, "amq.default"] if sends else []),
+                "read": _pattern_regex([*user.spec.patterns_for(Operation.RECV), "amq.gen-*"]),
+            }
+        )
+    return permissions
+
+
+def broker_definitions(layout: Layout, broker: str) -> Definitions:
+    queues: list[dict[str, Any]] = []
+    exchanges: list[dict[str, Any]] = []
+    bindings: list[dict[str, Any]] = []
+    policies: list[dict[str, Any]] = []
+    parameters: list[dict[str, Any]] = []
+    permissions: list[dict[str, str]] = []
+    vhosts: set[str] = set()
+
+    for tenant in layout.model.tenants:
+        if broker not in layout.tenant_brokers(tenant):
+            continue
+        vhost = layout.broker_vhost(tenant)
+        vhosts.add(vhost)
+        policies.append(_tenant_policy(layout, tenant))
+        if vhost != STANDARD_BROKER_VHOST:
+            limits = tenant.plan.spec.resourceLimits
+            parameters.append(
+                {
+                    "component": "vhost-limits",
+                    "vhost": vhost,
+                    "name": "limits",
+                    "value": {
+                        "max-connections": limits.connections,
+                        "max-queues": limits.addresses,
+                    },
+                }
+            )
+            permissions += _user_permissions(tenant)
+        for address in tenant.addresses:
+            if broker not in layout.address_brokers(tenant, address) or address.spec.type.is_direct:
+                continue
+            name = layout.broker_name(tenant, address.spec.address)
+            if address.spec.type is AddressType.TOPIC:
+                exchanges.append(
+                    {
+                        "name": name,
+                        "vhost": vhost,
+                        "type": "topic",
+                        "durable": True,
+                        "auto_delete": False,
+                        "internal": False,
+                        "arguments": {},
+                    }
+                )
+                continue
+            queues.append(
+                {
+                    "name": name,
+                    "vhost": vhost,
+                    "durable": True,
+                    "auto_delete": False,
+                    "arguments": _queue_arguments(layout, tenant, address),
+                }
+            )
+            if address.spec.type is AddressType.SUBSCRIPTION:
+                assert address.spec.topic is not None  # checked by the model
+                bindings.append(
+                    {
+                        "source": layout.broker_name(tenant, address.spec.topic),
+                        "vhost": vhost,
+                        "destination": name,
+                        "destination_type": "queue",
+                        "routing_key": "#",
+                        "arguments": {},
+                    }
+                )
+    if STANDARD_BROKER_VHOST in vhosts:
+        # The routers consume topics through server-named queues (`amq.gen-…`).
+        permissions.append(
+            {
+                "user": ROUTER_BROKER_USER,
+                "vhost": STANDARD_BROKER_VHOST,
+                "configure": r"^amq\.gen-.*",
+                "write": ".*",
+                "read": ".*",
+            }
+        )
+
+    def by(*keys: str) -> Any:
+        return lambda item: tuple(str(item[k]) for k in keys)
+
+    return {
+        # Users are created at deploy time from their secrets: no password hash in here.
+        "users": [],
+        "vhosts": [{"name": v} for v in sorted(vhosts)],
+        "permissions": sorted(permissions, key=by("vhost", "user")),
+        "topic_permissions": [],
+        "parameters": sorted(parameters, key=by("vhost", "component", "name")),
+        "global_parameters": [],
+        "policies": sorted(policies, key=by("vhost", "name")),
+        "queues": sorted(queues, key=by("vhost", "name")),
+        "exchanges": sorted(exchanges, key=by("vhost", "name")),
+        "bindings": sorted(bindings, key=by("vhost", "source", "destination", "routing_key")),
+    }

@@ -1,0 +1,65 @@
+"""Writer for the qdrouterd.conf format (Qpid Dispatch Router / skupper-router).
+
+    ENTITY {
+        attribute: value
+    }
+
+Entities are written in a fixed order and attributes sorted (name first), so the same
+input always gives the same bytes. Map values (vhost groups) are written as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+AttributeValue = str | int | bool | list[str] | dict[str, object]
+
+# Order in which entity types appear in a file: what the router needs first, first.
+ENTITY_ORDER = (
+    "router",
+    "sslProfile",
+    "listener",
+    "connector",
+    "policy",
+    "vhost",
+    "address",
+    "linkRoute",
+    "autoLink",
+)
+
+IDENTIFYING = ("name", "id", "hostname", "prefix", "pattern", "address")
+
+
+@dataclass(frozen=True)
+class Entity:
+    type: str
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
+
+    def sort_key(self) -> tuple[int, str, str]:
+        """Type order, then the entity's identifying attribute, then everything else."""
+        ident = next((str(self.attributes[k]) for k in IDENTIFYING if k in self.attributes), "")
+        return ENTITY_ORDER.index(self.type), ident, json.dumps(self.attributes, sort_keys=True)
+
+
+def _value(value: AttributeValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return " ".join(value)
+    if isinstance(value, dict):
+        return json.dumps(value, indent=4, sort_keys=True).replace("\n", "\n    ")
+    return value
+
+
+def render(entities: list[Entity], header: str) -> str:
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    for entity in sorted(entities, key=Entity.sort_key):
+        names = sorted(entity.attributes, key=lambda k: (k not in ("name", "id"), k))
+        lines.append("")
+        lines.append(f"{entity.type} {{")
+        lines.extend(f"    {key}: {_value(entity.attributes[key])}" for key in names)
+        lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,224 @@
+"""Model + layout -> one qdrouterd.conf per router (DESIGN.md, "Semantics" table)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from enmesh.compile.layout import (
+    ROUTER_BROKER_SECRET,
+    ROUTER_BROKER_USER,
+    Layout,
+    RouterInstance,
+    router_address,
+    subscription_link_address,
+)
+from enmesh.compile.qdrouterd import Entity, render
+from enmesh.model import Address, AddressType, Tenant
+
+CLIENT_TLS = "client-tls"
+INTER_ROUTER_TLS = "inter-router-tls"
+BROKER_TLS = "broker-tls"
+SASL_CONFIG_NAME = "qdrouterd"
+
+
+def _ssl_profiles(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
+    for profile, component in (
+        (CLIENT_TLS, f"router-{router.index}-client"),
+        (INTER_ROUTER_TLS, f"router-{router.index}-inter-router"),
+    ):
+        yield Entity(
+            "sslProfile",
+            {
+                "name": profile,
+                "caCertFile": layout.ca_file,
+                "certFile": layout.tls_file(component, "crt"),
+                "privateKeyFile": layout.tls_file(component, "key"),
+            },
+        )
+    yield Entity("sslProfile", {"name": BROKER_TLS, "caCertFile": layout.ca_file})
+
+
+def _client_mechanisms(layout: Layout, tls: bool) -> tuple[list[str], bool]:
+    """SASL mechanisms for client listeners and whether peers must authenticate.
+
+    PLAIN only over TLS. ANONYMOUS is offered only if some space allows it; the vhost
+    policy of every other space then refuses unknown users.
+    """
+    mechanisms = ["SCRAM-SHA-256", "PLAIN"] if tls else ["SCRAM-SHA-256"]
+    anonymous = any(t.space.spec.authentication.allowAnonymous for t in layout.model.tenants)
+    if anonymous:
+        mechanisms.append("ANONYMOUS")
+    return mechanisms, not anonymous
+
+
+def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
+    capacity = layout.stack.spec.routers.linkCapacity
+    for name, port, tls in (("amqp", router.amqp_port, False), ("amqps", router.amqps_port, True)):
+        mechanisms, authenticate = _client_mechanisms(layout, tls)
+        attributes: dict[str, object] = {
+            "name": name,
+            "host": router.host,
+            "port": port,
+            "role": "normal",
+            "authenticatePeer": authenticate,
+            "saslMechanisms": mechanisms,
+            "multiTenant": True,
+            "linkCapacity": capacity,
+        }
+        if tls:
+            attributes |= {"sslProfile": CLIENT_TLS, "requireSsl": True}
+        yield Entity("listener", attributes)  # type: ignore[arg-type]
+    yield Entity(
+        "listener",
+        {
+            "name": "inter-router",
+            "host": router.host,
+            "port": router.inter_router_port,
+            "role": "inter-router",
+            "sslProfile": INTER_ROUTER_TLS,
+            "requireSsl": True,
+            "authenticatePeer": True,
+            "saslMechanisms": ["EXTERNAL"],
+        },
+    )
+    yield Entity(
+        "listener",
+        {
+            "name": "metrics",
+            "host": router.host,
+            "port": router.metrics_port,
+            "role": "normal",
+            "http": True,
+            "metrics": True,
+            "websockets": False,
+            "authenticatePeer": False,
+        },
+    )
+
+
+def _connectors(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
+    for peer in layout.peers_to_connect(router):
+        yield Entity(
+            "connector",
+            {
+                "name": peer.id,
+                "host": peer.host,
+                "port": peer.inter_router_port,
+                "role": "inter-router",
+                "sslProfile": INTER_ROUTER_TLS,
+                "verifyHostname": True,
+                "saslMechanisms": ["EXTERNAL"],
+            },
+        )
+    for broker in layout.stack.spec.brokers:
+        yield Entity(
+            "connector",
+            {
+                "name": broker.name,
+                "host": broker.host,
+                "port": broker.amqpsPort,
+                "role": "route-container",
+                "sslProfile": BROKER_TLS,
+                "verifyHostname": True,
+                "saslMechanisms": ["PLAIN"],
+                "saslUsername": ROUTER_BROKER_USER,
+                # A reference, never the password: the router reads the file at start-up.
+                "saslPassword": "file:" + layout.secret_path(ROUTER_BROKER_SECRET, "password"),
+                "linkCapacity": layout.stack.spec.routers.linkCapacity,
+            },
+        )
+
+
+def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Iterator[Entity]:
+    kind = address.spec.type
+    internal = router_address(tenant.name, address.spec.address)
+    if kind is AddressType.ANYCAST:
+        yield Entity("address", {"prefix": internal, "distribution": "balanced"})
+    elif kind is AddressType.MULTICAST:
+        yield Entity("address", {"prefix": internal, "distribution": "multicast"})
+    elif kind in (AddressType.QUEUE, AddressType.DEADLETTER):
+        yield Entity("address", {"prefix": internal, "distribution": "balanced", "waypoint": True})
+        external = "/amq/queue/" + layout.broker_name(tenant, address.spec.address)
+        # Dead letters arrive from the broker itself, so nothing is routed into them.
+        directions = ("in",) if kind is AddressType.DEADLETTER else ("in", "out")
+        for broker in layout.address_brokers(tenant, address):
+            for direction in directions:
+                yield Entity(
+                    "autoLink",
+                    {
+                        "address": internal,
+                        "direction": direction,
+                        "connection": broker,
+                        "externalAddress": external,
+                        "phase": 1 if direction == "in" else 0,
+                    },
+                )
+    elif kind is AddressType.TOPIC:
+        exchange = "/exchange/" + layout.broker_name(tenant, address.spec.address)
+        # Publishers go to the exchange (subject = routing key); each subscriber link
+        # gets its own broker link bound with `#`.
+        for broker in layout.address_brokers(tenant, address):
+            for direction, external in (("out", exchange), ("in", exchange + "/#")):
+                yield Entity(
+                    "linkRoute",
+                    {
+                        "prefix": internal,
+                        "direction": direction,
+                        "connection": broker,
+                        "delExternalPrefix": internal,
+                        "addExternalPrefix": external,
+                    },
+                )
+    else:  # subscription: a durable queue bound to its topic, consumed through a link route
+        linked = router_address(tenant.name, subscription_link_address(address))
+        queue = "/amq/queue/" + layout.broker_name(tenant, address.spec.address)
+        for broker in layout.address_brokers(tenant, address):
+            yield Entity(
+                "linkRoute",
+                {
+                    "prefix": linked,
+                    "direction": "in",
+                    "connection": broker,
+                    "delExternalPrefix": linked,
+                    "addExternalPrefix": queue,
+                },
+            )
+
+
+def router_entities(layout: Layout, router: RouterInstance) -> list[Entity]:
+    entities = [
+        Entity(
+            "router",
+            {
+                "id": router.id,
+                "mode": "interior",
+                "saslConfigPath": layout.config_path("auth", "sasl2"),
+                "saslConfigName": SASL_CONFIG_NAME,
+            },
+        ),
+        Entity(
+            "policy",
+            {
+                "enableVhostPolicy": True,
+                "policyDir": layout.config_path("auth", "policies"),
+                "maxConnections": sum(
+                    t.plan.spec.resourceLimits.connections for t in layout.standard_tenants
+                ),
+            },
+        ),
+    ]
+    entities += _ssl_profiles(layout, router)
+    entities += _listeners(layout, router)
+    entities += _connectors(layout, router)
+    for tenant in layout.standard_tenants:
+        for address in tenant.addresses:
+            entities += _address_entities(layout, tenant, address)
+    return entities
+
+
+def render_router(layout: Layout, router: RouterInstance) -> str:
+    header = (
+        f"Router {router.id} of stack {layout.stack.name!r}.\n"
+        "Generated by `enmesh render` from the address model; do not edit by hand."
+    )
+    return render(router_entities(layout, router), header)

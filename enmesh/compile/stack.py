@@ -1,0 +1,118 @@
+"""A stack: which model files to deploy and the topology that serves them.
+
+`stacks/<name>.stack.yml` is one `Stack` document. It holds no secrets: passwords are
+read at deploy time from `<paths.secrets>/<secret>/<key>` (the layout of a mounted
+Kubernetes Secret), so the same compiled files work on hosts and in pods.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from enmesh.model.problems import ModelInvalidError, Problem
+from enmesh.model.schema import validate_as
+from enmesh.model.source import load_documents
+
+StackName = Annotated[
+    str, StringConstraints(min_length=1, max_length=40, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+]
+Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
+AbsolutePath = Annotated[str, StringConstraints(pattern=r"^/")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MeshTopology(StrEnum):
+    FULL_MESH = "full-mesh"  # every router connects to every other one
+    CHAIN = "chain"  # router i connects to router i-1
+    RING = "ring"  # a chain closed back to router 0
+
+
+class RouterPorts(_Strict):
+    amqp: Port = 5672  # SCRAM only: no cleartext passwords without TLS
+    amqps: Port = 5671
+    interRouter: Port = 55671  # noqa: N815
+    metrics: Port = 9090
+    stride: Annotated[int, Field(strict=True, ge=1, le=1000)] = 10  # next router on same host
+
+
+class Routers(_Strict):
+    count: Annotated[int, Field(strict=True, ge=1, le=64)] = 3
+    topology: MeshTopology = MeshTopology.FULL_MESH
+    hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], min_length=1)
+    ports: RouterPorts = Field(default_factory=RouterPorts)
+    linkCapacity: Annotated[int, Field(strict=True, ge=1)] = 250  # noqa: N815
+
+
+class Broker(_Strict):
+    name: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    host: str = "127.0.0.1"
+    amqpsPort: Port = 25671  # noqa: N815
+
+
+class StackPaths(_Strict):
+    config: AbsolutePath = "/etc/enmesh"  # where the rendered files are installed
+    state: AbsolutePath = "/var/lib/enmesh"  # TLS material, SASL database
+    secrets: AbsolutePath = "/etc/enmesh/secrets"  # <secret>/<key> files, mode 0600
+
+
+class StackSpec(_Strict):
+    models: list[str] = Field(min_length=1)  # model files, relative to the stack file
+    routers: Routers = Field(default_factory=Routers)
+    brokers: list[Broker] = Field(min_length=1)
+    paths: StackPaths = Field(default_factory=StackPaths)
+
+    @model_validator(mode="after")
+    def _unique_broker_names(self) -> StackSpec:
+        names = [b.name for b in self.brokers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"broker names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+
+class Stack(_Strict):
+    apiVersion: Literal["enmesh.io/v1"]  # noqa: N815
+    kind: Literal["Stack"]
+    metadata: dict[Literal["name"], StackName]
+    spec: StackSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata["name"]
+
+
+def load_stack(path: Path) -> tuple[Stack, list[Path]]:
+    """Read a stack file; returns it and its model files resolved next to it."""
+    documents, problems = load_documents(path)
+    if not problems and len(documents) != 1:
+        problems = [
+            Problem(str(path), 1, 1, "", "", "a stack file holds exactly one Stack document")
+        ]
+    stack = None
+    if not problems:
+        stack, problems = validate_as(documents[0], Stack)
+    if stack is None:
+        raise ModelInvalidError(problems)
+    return stack, [path.parent / model for model in stack.spec.models]
+
+
+def find_stack_file(name: str, stacks_dir: Path) -> Path:
+    """`stacks/<name>.stack.yml`; a path to a file is accepted as is."""
+    candidate = Path(name)
+    if candidate.suffix in {".yml", ".yaml"} and candidate.is_file():
+        return candidate
+    found = stacks_dir / f"{name}.stack.yml"
+    if not found.is_file():
+        known = sorted(p.name.removesuffix(".stack.yml") for p in stacks_dir.glob("*.stack.yml"))
+        raise FileNotFoundError(
+            f"no stack {name!r}: {found} does not exist "
+            f"(known stacks: {', '.join(known) or 'none'})"
+        )
+    return found

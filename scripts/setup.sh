@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Idempotent bootstrap for a fresh Debian 12 host (root): system packages, .venv,
+# python-qpid-proton built from its sdist against Cyrus SASL, Python requirements.
+# A second run checks and changes nothing; each step says what it is doing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+VENV=.venv
+APT_PACKAGES=(libsasl2-dev sasl2-bin libsasl2-modules openssl libssl-dev pkg-config
+              rabbitmq-server supervisor)
+STAMP="$VENV/.enmesh-requirements.sha256"
+
+LOG="$VENV/setup.log"
+
+step() { printf '==> %s\n' "$*"; }
+
+# Run a noisy installer with its output in $LOG; show the log only when it fails.
+quietly() {
+  if ! "$@" >>"$LOG" 2>&1; then
+    echo "error: '$*' failed; its output (from $LOG):" >&2
+    tail -n 40 "$LOG" >&2
+    exit 1
+  fi
+}
+
+missing_apt_packages() {
+  local pkg
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || echo "$pkg"
+  done
+}
+
+step "system packages"
+mapfile -t missing < <(missing_apt_packages)
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "error: missing Debian packages: ${missing[*]}; run 'make setup' as root or install them" >&2
+    exit 1
+  fi
+  echo "    installing: ${missing[*]}"
+  apt-get update -qq || { echo "error: apt-get update failed: check the Debian package sources in /etc/apt" >&2; exit 1; }
+  # rabbitmq-server's postinst tries to start the service; on hosts without an init
+  # system that fails harmlessly, and enmesh supervises RabbitMQ itself.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "    all present"
+fi
+
+step "virtual environment $VENV"
+if [[ ! -x $VENV/bin/python ]]; then
+  "$PYTHON" -m venv "$VENV"
+  quietly "$VENV/bin/pip" install --upgrade pip setuptools wheel
+else
+  echo "    exists"
+fi
+
+step "python-qpid-proton with Cyrus SASL"
+if "$VENV/bin/python" -c 'import proton, sys; sys.exit(0 if proton.SASL.extended() else 1)' 2>/dev/null; then
+  echo "    present, SASL.extended() is true"
+else
+  echo "    building from the sdist (about a minute)"
+  "$VENV/bin/pip" uninstall -q -y python-qpid-proton >/dev/null 2>&1 || true
+  quietly "$VENV/bin/pip" install --no-cache-dir --no-binary python-qpid-proton \
+    'python-qpid-proton>=0.40,<0.41'
+  "$VENV/bin/python" -c 'import proton, sys; sys.exit(0 if proton.SASL.extended() else 1)' || {
+    echo "error: python-qpid-proton was built without Cyrus SASL; is libsasl2-dev installed?" >&2; exit 1; }
+fi
+
+step "python requirements"
+want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [[ -f $STAMP && $(cat "$STAMP") == "$want" ]]; then
+  echo "    up to date"
+else
+  echo "    installing requirements.txt and enmesh (editable)"
+  quietly "$VENV/bin/pip" install -r requirements.txt -e .
+  echo "$want" > "$STAMP"
+fi
+step "setup complete"
