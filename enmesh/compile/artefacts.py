@@ -50,8 +50,8 @@ class Artefacts:
 def compile_model(stack: Stack, model: Model) -> Artefacts:
     layout = Layout(stack, model)
     files: dict[str, str] = {}
-    for instance in layout.routers:
-        files[f"routers/{instance.id}.conf"] = router.render_router(layout, instance)
+    for router_id, conf in router.render_routers(layout).items():
+        files[f"routers/{router_id}.conf"] = conf
     for spec in stack.spec.brokers:
         files[f"brokers/{spec.name}.definitions.json"] = to_json(
             broker.broker_definitions(layout, spec.name)

@@ -94,11 +94,28 @@ class Layout:
     # --- brokers ----------------------------------------------------------------------
 
     def tenant_brokers(self, tenant: Tenant) -> list[str]:
-        names = [b.name for b in self.stack.spec.brokers]
-        return rank(names, tenant.name, min(tenant.plan.spec.resourceLimits.brokers, len(names)))
+        if tenant.name not in self._tenant_brokers:
+            names = [b.name for b in self.stack.spec.brokers]
+            count = min(tenant.plan.spec.resourceLimits.brokers, len(names))
+            self._tenant_brokers[tenant.name] = rank(names, tenant.name, count)
+        return self._tenant_brokers[tenant.name]
+
+    @cached_property
+    def _tenant_brokers(self) -> dict[str, list[str]]:
+        return {}
 
     def address_brokers(self, tenant: Tenant, address: Address) -> list[str]:
         """Brokers holding a stored address; subscriptions live with their topic."""
+        key = (tenant.name, address.spec.address)
+        if key not in self._placements:
+            self._placements[key] = self._place(tenant, address)
+        return self._placements[key]
+
+    @cached_property
+    def _placements(self) -> dict[tuple[str, str], list[str]]:
+        return {}
+
+    def _place(self, tenant: Tenant, address: Address) -> list[str]:
         if address.spec.type is AddressType.SUBSCRIPTION:
             topic = next(a for a in tenant.addresses if a.spec.address == address.spec.topic)
             return self.address_brokers(tenant, topic)

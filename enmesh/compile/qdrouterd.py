@@ -54,12 +54,17 @@ def _value(value: AttributeValue) -> str:
     return value
 
 
-def render(entities: list[Entity], header: str) -> str:
-    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+def render_header(header: str) -> str:
+    return "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+
+
+def render_entities(entities: list[Entity]) -> str:
+    """Entities in canonical order. Blocks of later entity types may be appended."""
+    lines = []
     for entity in sorted(entities, key=Entity.sort_key):
         names = sorted(entity.attributes, key=lambda k: (k not in ("name", "id"), k))
         lines.append("")
         lines.append(f"{entity.type} {{")
         lines.extend(f"    {key}: {_value(entity.attributes[key])}" for key in names)
         lines.append("}")
-    return "\n".join(lines) + "\n"
+    return "".join(line + "\n" for line in lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,28 +79,22 @@ def _collect(paths: Iterable[Path]) -> tuple[Documents, list[Problem]]:
 
 def _assemble(docs: Documents) -> Model:
     space_plans = {item.doc.name: item.doc for item in docs.space_plans}
-    tenants = []
-    for item in sorted(docs.spaces, key=lambda s: s.doc.name):
-        space = item.doc
-        tenants.append(
-            Tenant(
-                space=space,
-                plan=space_plans[space.spec.plan],
-                addresses=tuple(
-                    sorted(
-                        (a.doc for a in docs.addresses if a.doc.spec.addressSpace == space.name),
-                        key=lambda a: a.spec.address,
-                    )
-                ),
-                users=tuple(
-                    sorted(
-                        (u.doc for u in docs.users if u.doc.spec.addressSpace == space.name),
-                        key=lambda u: u.spec.username,
-                    )
-                ),
-            )
+    addresses: dict[str, list[Address]] = defaultdict(list)
+    for located_address in docs.addresses:
+        addresses[located_address.doc.spec.addressSpace].append(located_address.doc)
+    users: dict[str, list[MessagingUser]] = defaultdict(list)
+    for located_user in docs.users:
+        users[located_user.doc.spec.addressSpace].append(located_user.doc)
+    tenants = tuple(
+        Tenant(
+            space=space,
+            plan=space_plans[space.spec.plan],
+            addresses=tuple(sorted(addresses[space.name], key=lambda a: a.spec.address)),
+            users=tuple(sorted(users[space.name], key=lambda u: u.spec.username)),
         )
-    return Model(tuple(tenants), {item.doc.name: item.doc for item in docs.address_plans})
+        for space in sorted((item.doc for item in docs.spaces), key=lambda s: s.name)
+    )
+    return Model(tenants, {item.doc.name: item.doc for item in docs.address_plans})
 
 
 def validate_files(paths: Iterable[Path]) -> list[Problem]:
