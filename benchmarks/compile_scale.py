@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -127,15 +128,13 @@ def main() -> None:
         "target_peak_rss_mb": TARGET_MB,
         "meets_targets": figures["total_s"] < TARGET_SECONDS and figures["peak_rss_mb"] < TARGET_MB,
         "python": platform.python_version(),
-        "cpus": len(__import__("os").sched_getaffinity(0)),
+        "cpus": len(os.sched_getaffinity(0)),
     }
     for key, value in figures.items():
         print(f"  {key:20} {value}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(
-        f"written to {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}"
-    )
+    print(f"written to {RESULTS}")
 
 
 if __name__ == "__main__":
