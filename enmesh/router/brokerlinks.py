@@ -1,0 +1,169 @@
+"""Links to route-containers (brokers): autoLinks and link routes.
+
+autoLinks attach when a broker connection opens: an `out` autoLink is a destination
+for the address's phase 0 (producers' messages go to the broker), an `in` autoLink is a
+source for phase 1 (the broker feeds consumers). A link route pairs a client's link
+with a link the router attaches to the broker, address rewritten by the route's
+external prefixes; credit mirrors the consumer side, and dispositions and detaches
+pass through both ways.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from proton import Condition, Endpoint, Link
+
+from enmesh.router.addressing import best_match
+from enmesh.router.forwarding import Held, InLink, OutLink
+
+if TYPE_CHECKING:
+    from enmesh.router.engine import ProtonSocket
+    from enmesh.router.router import ConnectionInfo, Router
+
+log = logging.getLogger("enmesh.router.brokers")
+NO_ROUTE = "qd:no-route-to-dest"
+
+
+class PairedInLink(InLink):
+    """The receiving half of a link route: credit follows what the sending half can take."""
+
+    def __init__(self, link: Link, out: OutLink, capacity: int) -> None:
+        super().__init__(link, "", capacity, self._forward)
+        self.out = out
+        self.routable = True
+
+    def _forward(self, held: Held) -> bool:
+        self.out.offer(held)
+        return True
+
+    def refresh(self) -> None:
+        if self.closed:
+            return
+        want = max(self.out.link.credit - len(self.out.waiting) - len(self.held), 0)
+        if want != self.link.credit:
+            self.link.flow(want - self.link.credit)
+
+
+class BrokerLinks:
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.brokers: dict[str, ProtonSocket] = {}
+
+    # --- autoLinks -------------------------------------------------------------------------
+
+    def broker_up(self, conn: ProtonSocket, name: str) -> None:
+        self.brokers[name] = conn
+        capacity = conn.context["info"].link_capacity
+        for auto in self.router.config.auto_links:
+            if auto.connection != name:
+                continue
+            session = conn.connection.session()
+            session.open()
+            key = self.router.semantics(auto.address).key(auto.address, auto.phase)
+            if auto.direction == "out":
+                sender = session.sender(f"autolink/{auto.address}/out")
+                sender.source.address = auto.address
+                sender.target.address = auto.external_address
+                sender.open()
+                self.router.add_destination(OutLink(sender, key, capacity))
+            else:
+                receiver = session.receiver(f"autolink/{auto.address}/in")
+                receiver.source.address = auto.external_address
+                receiver.target.address = auto.address
+                receiver.open()
+                self.router.add_source(InLink(receiver, key, capacity, self.router.route))
+        log.info("broker connection %s up", name)
+
+    def broker_down(self, name: str) -> None:
+        self.brokers.pop(name, None)
+        log.info("broker connection %s down; reconnecting", name)
+
+    # --- link routes -----------------------------------------------------------------------
+
+    def try_route(
+        self, conn: ProtonSocket, info: ConnectionInfo, link: Link, internal: str, direction: str
+    ) -> bool:
+        """Pair a client link with a broker link if a link route matches; True if handled."""
+        routes = [r for r in self.router.config.link_routes if r.direction == direction]
+        route = best_match(routes, internal)
+        if route is None:
+            return False
+        broker = self.brokers.get(route.connection)
+        if broker is None or broker.closed:
+            link.open()
+            link.condition = Condition(NO_ROUTE, f"broker {route.connection!r} is not connected")
+            link.close()
+            return True
+        external = internal
+        if route.del_external_prefix and internal.startswith(route.del_external_prefix):
+            external = internal[len(route.del_external_prefix) :]
+        external = (route.add_external_prefix or "") + external
+        session = broker.connection.session()
+        session.open()
+        name = f"route/{info.identity}/{link.name}"
+        if direction == "in":  # the client receives from the broker
+            peer = session.receiver(name)
+            peer.source.address = external
+            peer.source.durability = link.remote_source.durability
+            peer.source.expiry_policy = link.remote_source.expiry_policy
+            peer.target.address = link.remote_target.address
+        else:
+            peer = session.sender(name)
+            peer.target.address = external
+            peer.source.address = link.remote_source.address
+        peer.enmesh_client = link
+        peer.enmesh_client_socket = conn
+        link.enmesh_peer = peer
+        link.enmesh_peer_socket = broker
+        link.enmesh_capacity = info.link_capacity
+        peer.open()
+        return True
+
+    def on_remote_open(self, link: Link) -> None:
+        """The broker accepted our half of a link route: answer the client's attach."""
+        client: Link | None = getattr(link, "enmesh_client", None)
+        if client is None or not client.state & Endpoint.LOCAL_UNINIT:
+            return
+        if link.is_receiver and link.remote_source.address is None:
+            return  # refused: a detach follows
+        if link.is_sender and link.remote_target.address is None:
+            return
+        client.source.address = client.remote_source.address
+        client.target.address = client.remote_target.address
+        client.open()
+        capacity: int = getattr(client, "enmesh_capacity", 250)
+        if link.is_receiver:  # broker -> client
+            out = OutLink(client, "", capacity)
+            client.enmesh_partner_in = PairedInLink(link, out, capacity)
+            client.enmesh_partner_in.refresh()
+        else:  # client -> broker
+            out = OutLink(link, "", capacity)
+            link.enmesh_partner_in = PairedInLink(client, out, capacity)
+            link.enmesh_partner_in.refresh()
+
+    def on_flow(self, link: Link) -> None:
+        partner: PairedInLink | None = getattr(link, "enmesh_partner_in", None)
+        if partner is not None:
+            partner.out.pump()
+            partner.refresh()
+
+    def on_remote_close(self, link: Link) -> None:
+        self._close_partner(link, link.remote_condition)
+
+    def on_connection_lost(self, link: Link) -> None:
+        self._close_partner(link, Condition(NO_ROUTE, "the other end of the route went away"))
+
+    def _close_partner(self, link: Link, condition: Any) -> None:
+        partner: Link | None = getattr(link, "enmesh_client", None) or getattr(
+            link, "enmesh_peer", None
+        )
+        if partner is None or partner.state & Endpoint.LOCAL_CLOSED:
+            return
+        self.router.forget_link(partner)
+        if partner.state & Endpoint.LOCAL_UNINIT:
+            partner.open()
+        if condition is not None:
+            partner.condition = condition
+        partner.close()

@@ -1,0 +1,375 @@
+"""An epoll event loop that drives proton engines over non-blocking sockets.
+
+proton's own reactor waits with select(), which slows with every connection and fails
+for descriptors >= 1024; here the `selectors` module (epoll on Linux) waits, and each
+socket feeds a proton Transport directly. One thread, no locks: every callback runs on
+the loop.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import logging
+import selectors
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proton import Collector, Connection, Event, Transport
+
+log = logging.getLogger("enmesh.router.engine")
+
+READ_CHUNK = 64 * 1024
+Callback = Callable[[], None]
+
+
+@dataclass(order=True)
+class Timer:
+    deadline: float
+    sequence: int
+    callback: Callback = field(compare=False)
+    cancelled: bool = field(default=False, compare=False)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Readable(Protocol):
+    def on_readable(self) -> None: ...
+    def on_writable(self) -> None: ...
+
+
+class Loop:
+    """Sockets, timers and a stop flag."""
+
+    def __init__(self) -> None:
+        self.selector = selectors.DefaultSelector()
+        self._timers: list[Timer] = []
+        self._sequence = itertools.count()
+        self._running = False
+        self._after_io: list[Callback] = []
+        self.on_idle: Callback | None = None  # runs after each round of I/O and callbacks
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def call_later(self, delay: float, callback: Callback) -> Timer:
+        timer = Timer(self.now() + max(delay, 0.0), next(self._sequence), callback)
+        heapq.heappush(self._timers, timer)
+        return timer
+
+    def call_soon(self, callback: Callback) -> None:
+        self._after_io.append(callback)
+
+    def register(self, sock: socket.socket, handler: Readable, events: int) -> None:
+        self.selector.register(sock, events, handler)
+
+    def modify(self, sock: socket.socket, handler: Readable, events: int) -> None:
+        try:
+            key = self.selector.get_key(sock)
+        except KeyError:
+            self.selector.register(sock, events, handler)
+            return
+        if key.events != events:
+            self.selector.modify(sock, events, handler)
+
+    def unregister(self, sock: socket.socket) -> None:
+        try:
+            self.selector.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+
+    def stop(self) -> None:
+        """Safe from a signal handler: the wakeup socket ends the current wait."""
+        self._running = False
+
+    def install_signal_wakeup(self) -> None:
+        """Make signals interrupt select(); otherwise a handler waits for the next I/O."""
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._wakeup = (reader, writer)
+        self.register(reader, _Drain(reader), selectors.EVENT_READ)
+
+    def _run_due_timers(self) -> float | None:
+        now = self.now()
+        while self._timers and (self._timers[0].cancelled or self._timers[0].deadline <= now):
+            timer = heapq.heappop(self._timers)
+            if not timer.cancelled:
+                timer.callback()
+        return self._timers[0].deadline - now if self._timers else None
+
+    def run(self) -> None:
+        self._running = True
+        while self._running:
+            timeout = self._run_due_timers()
+            if self._after_io:
+                timeout = 0.0
+            for key, mask in self.selector.select(timeout):
+                handler: Readable = key.data
+                if mask & selectors.EVENT_READ:
+                    handler.on_readable()
+                if mask & selectors.EVENT_WRITE:
+                    handler.on_writable()
+            pending, self._after_io = self._after_io, []
+            for callback in pending:
+                callback()
+            if self.on_idle is not None:
+                self.on_idle()
+
+
+class _Drain:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def on_readable(self) -> None:
+        try:
+            while self.sock.recv(512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def on_writable(self) -> None:  # pragma: no cover - never registered for write
+        pass
+
+
+class EngineHandler(Protocol):
+    """What a ProtonSocket reports to: every proton event, then its end."""
+
+    def on_event(self, source: ProtonSocket, event: Event) -> None: ...
+    def on_closed(self, source: ProtonSocket) -> None: ...
+
+
+class ProtonSocket:
+    """One AMQP connection: a socket, its proton Transport/Connection and their events."""
+
+    def __init__(
+        self,
+        loop: Loop,
+        sock: socket.socket,
+        transport: Transport,
+        handler: EngineHandler,
+        peer: str,
+        connecting: bool = False,
+    ) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.transport = transport
+        self.handler = handler
+        self.peer = peer
+        self.connection = Connection()
+        self.collector = Collector()
+        self.connection.collect(self.collector)
+        self.context: dict[str, Any] = {}
+        self.closed = False
+        self._connecting = connecting
+        self._tick: Timer | None = None
+        self.bytes_in = 0
+        self.bytes_out = 0
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.bind(self.connection)
+        loop.register(sock, self, selectors.EVENT_READ | selectors.EVENT_WRITE)
+
+    # --- I/O -------------------------------------------------------------------------
+
+    def on_readable(self) -> None:
+        if self.closed:
+            return
+        capacity = self.transport.capacity()
+        if capacity < 0:  # tail closed: proton wants no more input
+            self._update_interest()
+            return
+        try:
+            data = self.sock.recv(min(max(capacity, 1), READ_CHUNK))
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._fail(f"read failed: {exc.strerror}")
+            return
+        if data:
+            self.bytes_in += len(data)
+            self._push(data)
+        else:
+            self.transport.close_tail()
+        self.process()
+
+    def _push(self, data: bytes) -> None:
+        try:
+            self.transport.push(data)
+        except Exception as exc:  # proton raises on a broken frame after close_tail
+            log.debug("push to %s failed: %s", self.peer, exc)
+            self.transport.close_tail()
+
+    def on_writable(self) -> None:
+        if self.closed:
+            return
+        if self._connecting:
+            error = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if error:
+                self._fail(f"connect failed: {errno.errorcode.get(error, error)}")
+                return
+            self._connecting = False
+        self._flush()
+        self._update_interest()
+
+    def _flush(self) -> None:
+        while True:
+            pending = self.transport.pending()
+            if pending < 0:  # head closed: everything has been written
+                self._finish()
+                return
+            if pending == 0:
+                return
+            try:
+                sent = self.sock.send(self.transport.peek(pending))
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._fail(f"write failed: {exc.strerror}")
+                return
+            self.bytes_out += sent
+            self.transport.pop(sent)
+            if sent < pending:
+                return
+
+    def _update_interest(self) -> None:
+        if self.closed:
+            return
+        events = 0
+        if self.transport.capacity() > 0:
+            events |= selectors.EVENT_READ
+        if self._connecting or self.transport.pending() != 0:
+            events |= selectors.EVENT_WRITE
+        if events == 0:
+            if self.transport.closed:
+                self._finish()
+                return
+            events = selectors.EVENT_READ  # keep watching for the peer closing
+        self.loop.modify(self.sock, self, events)
+
+    # --- proton events -----------------------------------------------------------------
+
+    def process(self) -> None:
+        """Dispatch queued proton events, write what they produced, rearm the tick."""
+        if self.closed:
+            return
+        while True:
+            event = self.collector.peek()
+            if event is None:
+                break
+            try:
+                self.handler.on_event(self, event)
+            except Exception:
+                log.exception("handler failed on %s from %s; closing it", event.type, self.peer)
+                self.collector.pop()
+                self.abort("amqp:internal-error", "router error")
+                return
+            self.collector.pop()
+        if not self._connecting:
+            self._flush()
+        self._schedule_tick()
+        self._update_interest()
+
+    def _schedule_tick(self) -> None:
+        if self.closed:
+            return
+        deadline = self.transport.tick(self.loop.now())
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        if deadline:
+            self._tick = self.loop.call_later(deadline - self.loop.now(), self._on_tick)
+
+    def _on_tick(self) -> None:
+        self._tick = None
+        self.process()
+
+    # --- ending ------------------------------------------------------------------------
+
+    def abort(self, condition: str, description: str) -> None:
+        """Close the connection with an error condition, then drop the socket."""
+        from proton import Condition  # noqa: PLC0415 - keep the hot import list short
+
+        if self.closed:
+            return
+        self.connection.condition = Condition(condition, description)
+        self.connection.close()
+        self.transport.close_tail()
+        self.process()
+
+    def _fail(self, reason: str) -> None:
+        log.info("connection %s: %s", self.peer, reason)
+        self.transport.close_tail()
+        self.transport.close_head()
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._tick is not None:
+            self._tick.cancel()
+        self.loop.unregister(self.sock)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        # Let the handler see the remaining events (link closures) before the end.
+        self.transport.unbind()
+        self.handler.on_closed(self)
+
+
+class Acceptor:
+    """A listening socket; hands each accepted socket to `on_accept`."""
+
+    def __init__(
+        self,
+        loop: Loop,
+        host: str,
+        port: int,
+        on_accept: Callable[[socket.socket, str], None],
+        backlog: int = 1024,
+    ) -> None:
+        self.loop = loop
+        self.on_accept = on_accept
+        self.sock = socket.create_server((host, port), backlog=backlog, reuse_port=False)
+        self.sock.setblocking(False)
+        self.address = self.sock.getsockname()
+        loop.register(self.sock, self, selectors.EVENT_READ)
+
+    def on_readable(self) -> None:
+        for _ in range(64):  # accept in bursts, but let other sockets run
+            try:
+                conn, address = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("accept on %s failed: %s", self.address, exc.strerror)
+                return
+            self.on_accept(conn, f"{address[0]}:{address[1]}")
+
+    def on_writable(self) -> None:  # pragma: no cover - never registered for write
+        pass
+
+    def close(self) -> None:
+        self.loop.unregister(self.sock)
+        self.sock.close()
+
+
+def connect_nonblocking(host: str, port: int) -> socket.socket:
+    """Start a TCP connect without waiting; completion shows up as writability."""
+    info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(info[0], info[1], info[2])
+    sock.setblocking(False)
+    error = sock.connect_ex(info[4])
+    if error not in (0, errno.EINPROGRESS):
+        sock.close()
+        raise OSError(error, errno.errorcode.get(error, str(error)))
+    return sock

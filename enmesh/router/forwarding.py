@@ -1,0 +1,272 @@
+"""Deliveries through one router: encoded bytes in, destinations chosen, settlement back.
+
+An InLink receives; it grants credit only while its address has a reachable
+destination, never more than `capacity` minus what it already holds, and takes credit
+back (a negative flow) when the last destination goes. An OutLink sends when its peer
+gives credit and remembers every unsettled delivery's origin, so the consumer's
+outcome (accepted, rejected, released, modified) reaches the producer unchanged, and a
+lost link releases what was in flight instead of dropping it.
+
+Message bytes are never decoded or re-encoded here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from proton import Delivery, Disposition, Receiver, Sender
+
+RELEASED = Disposition.RELEASED
+ACCEPTED = Disposition.ACCEPTED
+
+
+@dataclass(eq=False)
+class Held:
+    """A message the router holds: its bytes and, if unsettled, where its outcome goes."""
+
+    data: bytes
+    origin: InLink | None  # None for copies made by multicast
+    delivery: Delivery | None  # the inbound delivery to settle; None if presettled
+    attempts: int = 0
+
+    @property
+    def presettled(self) -> bool:
+        return self.delivery is None
+
+    def settle_origin(self, state: int, source: Delivery | None = None) -> None:
+        """Give the producer side the outcome (copied from `source` when there is one)."""
+        inbound = self.delivery
+        if inbound is None:
+            return
+        self.delivery = None
+        if self.origin is not None and self.origin.closed:
+            return  # the producer's link is gone; its engine already forgot the delivery
+        if source is not None:
+            _copy_outcome(source, inbound)
+        else:
+            inbound.update(state)
+        inbound.settle()
+
+
+def _copy_outcome(source: Delivery, target: Delivery) -> None:
+    """Copy a remote disposition (state and its fields) onto a local one, unchanged."""
+    state = source.remote_state
+    remote, local = source.remote, target.local
+    if state == Disposition.REJECTED:
+        local.condition = remote.condition
+    elif state == Disposition.MODIFIED:
+        local.failed = remote.failed
+        local.undeliverable = remote.undeliverable
+        local.annotations = remote.annotations
+    elif state == Disposition.RECEIVED:
+        local.section_number = remote.section_number
+        local.section_offset = remote.section_offset
+    if state:
+        target.update(state)
+
+
+class OutLink:
+    """A link the router sends on: to a consumer, a broker, or the next router."""
+
+    _tags = itertools.count(1)
+
+    def __init__(self, link: Sender, key: str, capacity: int, presettle: bool = False) -> None:
+        self.link = link
+        self.key = key
+        self.capacity = capacity
+        self.presettle = presettle  # multicast: copies go out settled
+        self.waiting: deque[Held] = deque()
+        self.unsettled: dict[bytes, tuple[Delivery, Held]] = {}
+        self.delivered = 0
+        self.accepted = 0
+        self.rejected = 0
+        self.released = 0
+        self.modified = 0
+        self.dropped = 0
+        self.closed = False
+        link.enmesh_out = self
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.unsettled)
+
+    @property
+    def free(self) -> int:
+        """How many more messages this link can take now without queueing beyond credit."""
+        return self.link.credit - len(self.waiting)
+
+    @property
+    def congested(self) -> bool:
+        return len(self.waiting) >= self.capacity
+
+    def offer(self, held: Held) -> None:
+        """Queue a message and send what credit allows."""
+        self.waiting.append(held)
+        self.pump()
+
+    def pump(self) -> int:
+        sent = 0
+        link = self.link
+        while self.waiting and link.credit > 0 and not self.closed:
+            held = self.waiting.popleft()
+            tag = str(next(self._tags)).encode()
+            delivery = link.delivery(tag)
+            link.send(held.data)
+            link.advance()
+            self.delivered += 1
+            sent += 1
+            if self.presettle or held.presettled:
+                delivery.settle()
+                if held.delivery is not None:  # an unsettled message sent as a copy
+                    held.settle_origin(ACCEPTED)
+            else:
+                self.unsettled[tag] = (delivery, held)
+        return sent
+
+    def on_disposition(self, delivery: Delivery) -> None:
+        entry = self.unsettled.get(delivery.tag)
+        if entry is None:
+            return
+        _, held = entry
+        state = delivery.remote_state
+        if delivery.settled or state in (
+            ACCEPTED,
+            Disposition.REJECTED,
+            RELEASED,
+            Disposition.MODIFIED,
+        ):
+            self._count(state)
+            held.settle_origin(state, delivery)
+            delivery.settle()
+            del self.unsettled[delivery.tag]
+
+    def _count(self, state: int) -> None:
+        if state == ACCEPTED:
+            self.accepted += 1
+        elif state == Disposition.REJECTED:
+            self.rejected += 1
+        elif state == RELEASED:
+            self.released += 1
+        elif state == Disposition.MODIFIED:
+            self.modified += 1
+
+    def lost(self) -> list[Held]:
+        """The link is gone: release what was in flight; return what never left."""
+        self.closed = True
+        for delivery, held in self.unsettled.values():
+            held.settle_origin(RELEASED)
+            try:
+                delivery.settle()
+            except Exception:  # the engine may already have freed it
+                pass
+        self.unsettled.clear()
+        unsent = [h for h in self.waiting if not h.presettled or h.origin is not None]
+        self.waiting.clear()
+        return unsent
+
+
+class InLink:
+    """A link the router receives on: from a producer, a broker, or the previous router."""
+
+    def __init__(
+        self,
+        link: Receiver,
+        key: str,
+        capacity: int,
+        route: Callable[[Held], bool],
+        destination_router: str | None = None,
+    ) -> None:
+        self.link = link
+        self.key = key
+        self.capacity = capacity
+        self.route = route
+        self.destination_router = destination_router  # for transit links from other routers
+        self.held: deque[Held] = deque()
+        self.partial: dict[bytes, bytearray] = {}
+        self.received = 0
+        self.closed = False
+        self.routable = False
+        link.enmesh_in = self
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        if delivery.aborted:
+            self.partial.pop(delivery.tag, None)
+            delivery.settle()
+            self.link.advance()
+            return
+        if not delivery.readable:
+            return
+        chunk = self.link.recv(delivery.pending) or b""
+        if delivery.partial:
+            self.partial.setdefault(delivery.tag, bytearray()).extend(chunk)
+            return
+        buffered = self.partial.pop(delivery.tag, None)
+        data = bytes(buffered + chunk) if buffered is not None else bytes(chunk)
+        self.link.advance()
+        self.received += 1
+        held = Held(data, self, None if delivery.settled else delivery)
+        if self.held or not self.route(held):
+            self.held.append(held)
+        self.refresh()
+
+    def retry(self) -> bool:
+        """Route held messages in order; returns whether any moved."""
+        moved = False
+        while self.held and not self.closed:
+            if not self.route(self.held[0]):
+                break
+            self.held.popleft()
+            moved = True
+        if moved:
+            self.refresh()
+        return moved
+
+    def set_routable(self, routable: bool) -> None:
+        self.routable = routable
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Grant credit up to capacity while routable; take it all back when not."""
+        if self.closed:
+            return
+        link = self.link
+        if self.routable:
+            want = self.capacity - len(self.held) - len(self.partial)
+            if want > link.credit:
+                link.flow(want - link.credit)
+        elif link.credit > 0:
+            link.flow(-link.credit)
+
+    def lost(self) -> None:
+        """The producer side is gone: its held messages cannot be settled any more."""
+        self.closed = True
+        self.held.clear()
+        self.partial.clear()
+
+
+@dataclass
+class AddressState:
+    """Everything this router knows locally about one routing key."""
+
+    key: str
+    distribution: str = "balanced"
+    consumers: list[OutLink] = field(default_factory=list)
+    producers: list[InLink] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=lambda: {"delivered": 0, "dropped": 0})
+
+    @property
+    def idle(self) -> bool:
+        return not self.consumers and not self.producers
+
+
+def choose_balanced(candidates: list[OutLink]) -> OutLink | None:
+    """Least outstanding deliveries among links that can take one now."""
+    best: OutLink | None = None
+    for out in candidates:
+        if out.free > 0 and not out.closed and (best is None or out.outstanding < best.outstanding):
+            best = out
+    return best

@@ -1,0 +1,109 @@
+"""Prometheus metrics over HTTP on the metrics listener, served from the router's loop.
+
+A request gets one response and the connection is closed (HTTP/1.0 style); the
+exposition is small, so this stays a few lines instead of a web framework.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+from typing import TYPE_CHECKING
+
+from enmesh.router import inventory
+from enmesh.router.engine import Acceptor, Loop
+
+if TYPE_CHECKING:
+    from enmesh.router.router import Router
+
+MAX_REQUEST = 8192
+
+
+def exposition(router: Router) -> str:
+    """The metrics in Prometheus text format."""
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(f"{name}{labels} {value}" for labels, value in samples)
+
+    rid = f'router="{router.id}"'
+    entity = inventory.router_entity(router)
+    metric("enmesh_router_uptime_seconds", "gauge", "Seconds since the router started.",
+           [(f"{{{rid}}}", entity["uptimeSeconds"])])
+    metric("enmesh_router_reachable_routers", "gauge", "Other routers reachable in the mesh.",
+           [(f"{{{rid}}}", len(router.mesh.reachable()))])
+    roles: dict[str, int] = {}
+    for conn in inventory.connection_entities(router):
+        roles[conn["role"]] = roles.get(conn["role"], 0) + 1
+    metric("enmesh_router_connections", "gauge", "Open connections by role.",
+           [(f'{{{rid},role="{role}"}}', count) for role, count in sorted(roles.items())])
+    addresses = list(inventory.address_entities(router))
+    for field, name, help_text in (
+        ("deliveriesIngress", "enmesh_address_deliveries_ingress_total", "Messages received."),
+        ("deliveriesEgress", "enmesh_address_deliveries_egress_total", "Messages sent."),
+        ("subscriberCount", "enmesh_address_local_consumers", "Local consumers."),
+    ):
+        kind = "counter" if name.endswith("_total") else "gauge"
+        metric(name, kind, help_text,
+               [(f'{{{rid},address="{a["name"]}"}}', a[field]) for a in addresses])
+    return "\n".join(lines) + "\n"
+
+
+class _Exchange:
+    def __init__(self, loop: Loop, router: Router, sock: socket.socket) -> None:
+        self.loop, self.router, self.sock = loop, router, sock
+        self.request = b""
+        self.response = b""
+        sock.setblocking(False)
+        loop.register(sock, self, selectors.EVENT_READ)
+
+    def on_readable(self) -> None:
+        try:
+            chunk = self.sock.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._close()
+            return
+        self.request += chunk
+        if not chunk or len(self.request) > MAX_REQUEST:
+            self._close()
+        elif b"\r\n\r\n" in self.request or b"\n\n" in self.request:
+            self._respond()
+
+    def _respond(self) -> None:
+        line = self.request.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
+            body, status = exposition(self.router).encode(), "200 OK"
+            kind = "text/plain; version=0.0.4"
+        else:
+            body, status, kind = b"not found; try /metrics\n", "404 Not Found", "text/plain"
+        self.response = (
+            f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode() + body
+        self.loop.modify(self.sock, self, selectors.EVENT_WRITE)
+
+    def on_writable(self) -> None:
+        try:
+            sent = self.sock.send(self.response)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._close()
+            return
+        self.response = self.response[sent:]
+        if not self.response:
+            self._close()
+
+    def _close(self) -> None:
+        self.loop.unregister(self.sock)
+        self.sock.close()
+
+
+class MetricsServer:
+    def __init__(self, loop: Loop, router: Router, host: str, port: int) -> None:
+        self.acceptor = Acceptor(loop, host, port, lambda sock, _peer: _Exchange(loop, router, sock))

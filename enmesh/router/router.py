@@ -1,0 +1,724 @@
+"""enmesh-router: one process of the mesh, driven by one event loop.
+
+Connection roles (from the listener or connector that made the connection):
+- normal: clients. The open frame's hostname selects the vhost (address space) on a
+  multi-tenant listener; every address is then `<vhost>/<address>` inside the router.
+- inter-router: other routers. A control link carries router advertisements; data moves
+  on transit links, one per (address, destination router), so credit and settlement
+  flow hop by hop and nothing needs to be written into a message.
+- route-container: brokers. autoLinks attach when the connection opens; link routes
+  pair a client link with a broker link.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from proton import Condition, Endpoint, Event, Link, Message, Receiver, Sender
+
+from enmesh.router import security
+from enmesh.router.addressing import DEFAULT_SEMANTICS, AddressSemantics, best_match
+from enmesh.router.config import Connector, Listener, RouterConfig, resolve_password
+from enmesh.router.engine import Acceptor, Loop, ProtonSocket, connect_nonblocking
+from enmesh.router.forwarding import (
+    ACCEPTED,
+    RELEASED,
+    AddressState,
+    Held,
+    InLink,
+    OutLink,
+    choose_balanced,
+)
+from enmesh.router.brokerlinks import BrokerLinks
+from enmesh.router.mesh import Mesh, RouterAdvertisement
+from enmesh.router.policy import Vhost, VhostGroup
+
+log = logging.getLogger("enmesh.router")
+
+CONTROL_ADDRESS = "_mesh/control"
+TRANSIT_PREFIX = "_mesh/"
+CONTROL_CREDIT = 1000
+MANAGEMENT_ADDRESS = "$management"
+UNAUTHORIZED = "amqp:unauthorized-access"
+NORMAL, INTER_ROUTER, ROUTE_CONTAINER = "normal", "inter-router", "route-container"
+LOCAL_UNINIT = Endpoint.LOCAL_UNINIT
+
+
+@dataclass
+class ConnectionInfo:
+    """What the router knows about a connection; kept in ProtonSocket.context."""
+
+    role: str
+    name: str  # listener or connector name
+    outgoing: bool
+    multi_tenant: bool = False
+    link_capacity: int = 250
+    vhost: Vhost | None = None
+    vhost_name: str = ""
+    user: str = ""
+    group: VhostGroup | None = None
+    neighbour: str | None = None
+    opened_at: float = field(default_factory=time.time)
+    identity: int = 0
+
+    def internal(self, address: str) -> str:
+        return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address
+
+
+@dataclass
+class ConnectorState:
+    config: Connector
+    socket: ProtonSocket | None = None
+    backoff: float = 0.1
+    attempts: int = 0
+
+
+class Router:
+    """Routing state and proton event handling for one router process."""
+
+    def __init__(self, config: RouterConfig, loop: Loop) -> None:
+        self.config = config
+        self.loop = loop
+        self.id = config.router.id
+        self.mesh = Mesh(self.id, time.time_ns())
+        self.addresses: dict[str, AddressState] = {}
+        self.transit: dict[tuple[str, str], OutLink] = {}
+        self.neighbours: dict[str, ProtonSocket] = {}
+        self.connections: dict[int, ProtonSocket] = {}
+        self.connectors: dict[str, ConnectorState] = {
+            c.name: ConnectorState(c) for c in config.connectors
+        }
+        self.acceptors: list[Acceptor] = []
+        self.vhosts: dict[str, Vhost] = {v.hostname: v for v in config.vhosts}
+        self.vhost_connections: Counter[str] = Counter()
+        self.link_routes = BrokerLinks(self)
+        sasl_path = config.router.sasl_config_path
+        self.sasl = security.SaslSettings(
+            str(sasl_path) if sasl_path else None, config.router.sasl_config_name
+        )
+        self._advertise_scheduled = False
+        self._connection_ids = iter(range(1, 1 << 62))
+        self.started_at = time.time()
+        self.management: Any = None  # set by enmesh.router.management
+
+    # --- start-up ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write out connections whose links were changed by work on other connections.
+
+        proton queues an event on a connection's collector whenever one of its endpoints
+        changes; a connection with queued events has something to process and write.
+        """
+        for _ in range(8):
+            busy = [
+                c for c in self.connections.values() if not c.closed and c.collector.peek() is not None
+            ]
+            if not busy:
+                return
+            for conn in busy:
+                conn.process()
+
+    def start(self) -> None:
+        self.loop.on_idle = self.flush
+        for listener in self.config.listeners:
+            if listener.http:
+                continue  # served by enmesh.router.metrics
+            acceptor = Acceptor(
+                self.loop,
+                listener.host,
+                listener.port,
+                lambda sock, peer, listener=listener: self._accept(listener, sock, peer),
+            )
+            self.acceptors.append(acceptor)
+            log.info("listening on %s:%s (%s)", listener.host, listener.port, listener.name)
+        for state in self.connectors.values():
+            self._connect(state)
+
+    @property
+    def policy_enabled(self) -> bool:
+        return self.config.policy is not None and self.config.policy.enable_vhost_policy
+
+    def _tls(self, profile_name: str | None) -> security.TlsFiles | None:
+        if not profile_name:
+            return None
+        profile = self.config.ssl_profile(profile_name)
+        return security.TlsFiles(
+            _text(profile.ca_cert_file),
+            _text(profile.cert_file),
+            _text(profile.private_key_file),
+            resolve_password(profile.password) if profile.password else None,
+        )
+
+    def _accept(self, listener: Listener, sock: socket.socket, peer: str) -> None:
+        tls = self._tls(listener.ssl_profile)
+        domain = (
+            security.server_domain(
+                tls,
+                require_peer_certificate=listener.role == INTER_ROUTER,
+                require_tls=listener.require_ssl,
+            )
+            if tls
+            else None
+        )
+        transport = security.server_transport(
+            listener.sasl_mechanisms, listener.authenticate_peer, self.sasl, domain
+        )
+        info = ConnectionInfo(
+            role=listener.role,
+            name=listener.name or f"{listener.host}:{listener.port}",
+            outgoing=False,
+            multi_tenant=listener.multi_tenant,
+            link_capacity=listener.link_capacity,
+        )
+        self._adopt(ProtonSocket(self.loop, sock, transport, self, peer), info)
+
+    def _adopt(self, conn: ProtonSocket, info: ConnectionInfo) -> None:
+        info.identity = next(self._connection_ids)
+        conn.context["info"] = info
+        self.connections[info.identity] = conn
+        conn.connection.container = self.id
+        conn.process()
+
+    def _connect(self, state: ConnectorState) -> None:
+        connector = state.config
+        state.attempts += 1
+        try:
+            sock = connect_nonblocking(connector.host, connector.port)
+        except OSError as exc:
+            log.info("connector %s: %s; retrying", connector.name, exc.strerror)
+            self._retry(state)
+            return
+        tls = self._tls(connector.ssl_profile)
+        domain = security.client_domain(tls, connector.verify_hostname) if tls else None
+        transport = security.client_transport(
+            connector.host, connector.sasl_mechanisms, self.sasl, domain
+        )
+        conn = ProtonSocket(
+            self.loop, sock, transport, self, f"{connector.host}:{connector.port}", connecting=True
+        )
+        password = resolve_password(connector.sasl_password) if connector.sasl_password else None
+        security.set_credentials(conn.connection, connector.sasl_username, password)
+        conn.connection.hostname = connector.host
+        state.socket = conn
+        info = ConnectionInfo(
+            role=connector.role,
+            name=connector.name,
+            outgoing=True,
+            link_capacity=connector.link_capacity,
+        )
+        conn.connection.open()
+        self._adopt(conn, info)
+
+    def _retry(self, state: ConnectorState) -> None:
+        state.socket = None
+        delay = state.backoff
+        state.backoff = min(state.backoff * 2, 5.0)
+        self.loop.call_later(delay, lambda: self._connect(state))
+
+    # --- proton events ---------------------------------------------------------------------
+
+    def on_event(self, source: ProtonSocket, event: Event) -> None:
+        # EventType.method is "on_connection_remote_open" etc.
+        handler = getattr(self, f"_{event.type.method}", None)
+        if handler is not None:
+            handler(source, event)
+
+    def _on_connection_remote_open(self, conn: ProtonSocket, event: Event) -> None:
+        info: ConnectionInfo = conn.context["info"]
+        connection = event.connection
+        if info.role == NORMAL and not info.outgoing and not self._admit_client(conn, info):
+            return
+        if connection.state & LOCAL_UNINIT:
+            connection.open()
+        if info.role == INTER_ROUTER:
+            self._neighbour_up(conn, info, connection.remote_container)
+        elif info.role == ROUTE_CONTAINER:
+            state = self.connectors.get(info.name)
+            if state is not None:
+                state.backoff = 0.1
+            self.link_routes.broker_up(conn, info.name)
+
+    def _admit_client(self, conn: ProtonSocket, info: ConnectionInfo) -> bool:
+        """Tenancy and connection limits for a client connection; closes it if refused."""
+        user = conn.transport.user or "anonymous"
+        info.user = user
+        hostname = (conn.connection.remote_hostname or "").split(":")[0]
+        if info.multi_tenant:
+            info.vhost_name = hostname
+        if not self.policy_enabled:
+            return True
+        vhost = self.vhosts.get(hostname)
+        if vhost is None:
+            conn.abort(UNAUTHORIZED, f"no address space {hostname!r} (set the AMQP hostname)")
+            return False
+        group = vhost.group_for(user)
+        if group is None and not vhost.allow_unknown_user:
+            conn.abort(UNAUTHORIZED, f"user {user!r} may not use address space {hostname!r}")
+            return False
+        limit = self.config.policy.max_connections if self.config.policy else 0
+        if self.vhost_connections[hostname] >= vhost.max_connections or (
+            limit and sum(self.vhost_connections.values()) >= limit
+        ):
+            conn.abort("amqp:resource-limit-exceeded", f"connection limit of {hostname!r} reached")
+            return False
+        info.vhost, info.group = vhost, group
+        self.vhost_connections[hostname] += 1
+        return True
+
+    def _on_session_remote_open(self, conn: ProtonSocket, event: Event) -> None:
+        if event.session.state & LOCAL_UNINIT:
+            event.session.open()
+
+    def _on_link_remote_open(self, conn: ProtonSocket, event: Event) -> None:
+        link = event.link
+        info: ConnectionInfo = conn.context["info"]
+        if not link.state & LOCAL_UNINIT:
+            self.link_routes.on_remote_open(link)  # our own attach, confirmed
+            return
+        if info.role == NORMAL:
+            self._client_link(conn, info, link)
+        elif info.role == INTER_ROUTER:
+            self._mesh_link(info, link)
+        else:
+            _refuse(link, "amqp:not-allowed", "brokers may not attach links to the router")
+
+    def _on_link_flow(self, conn: ProtonSocket, event: Event) -> None:
+        link = event.link
+        out: OutLink | None = getattr(link, "enmesh_out", None)
+        if out is not None:
+            out.pump()
+            self.link_routes.on_flow(link)
+            self._retry_key(out.key)
+        elif getattr(link, "enmesh_control_sender", False):
+            self._send_control(conn)
+        else:
+            self.link_routes.on_flow(link)
+
+    def _on_delivery(self, conn: ProtonSocket, event: Event) -> None:
+        delivery = event.delivery
+        link = delivery.link
+        if link.is_receiver:
+            inbound: InLink | None = getattr(link, "enmesh_in", None)
+            if inbound is not None:
+                inbound.on_delivery(delivery)
+            elif getattr(link, "enmesh_control", False):
+                self._control_message(conn, link, delivery)
+            elif self.management is not None and getattr(link, "enmesh_management", False):
+                self.management.on_request(conn, link, delivery)
+            return
+        out: OutLink | None = getattr(link, "enmesh_out", None)
+        if out is not None and delivery.updated:
+            out.on_disposition(delivery)
+            self._retry_key(out.key)
+
+    def _on_link_remote_close(self, conn: ProtonSocket, event: Event) -> None:
+        link = event.link
+        self.forget_link(link)
+        self.link_routes.on_remote_close(link)
+        if link.state & Endpoint.LOCAL_ACTIVE:
+            link.close()
+
+    _on_link_remote_detach = _on_link_remote_close
+
+    def _on_session_remote_close(self, conn: ProtonSocket, event: Event) -> None:
+        if event.session.state & Endpoint.LOCAL_ACTIVE:
+            event.session.close()
+
+    def _on_connection_remote_close(self, conn: ProtonSocket, event: Event) -> None:
+        if event.connection.state & Endpoint.LOCAL_ACTIVE:
+            event.connection.close()
+
+    def _on_transport_error(self, conn: ProtonSocket, event: Event) -> None:
+        condition = event.transport.condition
+        info: ConnectionInfo = conn.context["info"]
+        log.info(
+            "connection %s (%s %s): %s",
+            conn.peer,
+            info.role,
+            info.name,
+            f"{condition.name}: {condition.description}" if condition else "transport error",
+        )
+
+    def on_closed(self, conn: ProtonSocket) -> None:
+        info: ConnectionInfo = conn.context["info"]
+        self.connections.pop(info.identity, None)
+        link = conn.connection.link_head(0)
+        while link is not None:
+            self.forget_link(link)
+            self.link_routes.on_connection_lost(link)
+            link = link.next(0)
+        if info.vhost is not None:
+            self.vhost_connections[info.vhost_name] -= 1
+        if info.neighbour is not None and self.neighbours.get(info.neighbour) is conn:
+            del self.neighbours[info.neighbour]
+            self._neighbours_changed()
+        if info.role == ROUTE_CONTAINER:
+            self.link_routes.broker_down(info.name)
+        state = self.connectors.get(info.name) if info.outgoing else None
+        if state is not None and state.socket is conn:
+            self._retry(state)
+
+    # --- client links --------------------------------------------------------------------
+
+    def _client_link(self, conn: ProtonSocket, info: ConnectionInfo, link: Link) -> None:
+        if link.is_sender:  # the client receives
+            source = link.remote_source
+            if source.dynamic:
+                self._dynamic_consumer(conn, info, link)
+                return
+            address = source.address
+            if not address:
+                _refuse(link, "amqp:invalid-field", "a receiver needs a source address")
+                return
+            if info.group is not None and not info.group.allows_source(address):
+                _refuse(link, UNAUTHORIZED, f"no permission to receive from {address!r}")
+                return
+            if address == MANAGEMENT_ADDRESS and self.management is not None:
+                self.management.attach_reply_link(conn, info, link)
+                return
+            internal = info.internal(address)
+            if self.link_routes.try_route(conn, info, link, internal, "in"):
+                return
+            self._add_consumer(info, link, internal, address)
+        else:  # the client sends
+            address = link.remote_target.address
+            if not address:
+                _refuse(link, "amqp:not-implemented", "anonymous senders are not supported")
+                return
+            if info.group is not None and not info.group.allows_target(address):
+                _refuse(link, UNAUTHORIZED, f"no permission to send to {address!r}")
+                return
+            if address == MANAGEMENT_ADDRESS and self.management is not None:
+                self.management.attach_request_link(conn, info, link)
+                return
+            internal = info.internal(address)
+            if self.link_routes.try_route(conn, info, link, internal, "out"):
+                return
+            self._add_producer(info, link, internal, address)
+
+    def _dynamic_consumer(self, conn: ProtonSocket, info: ConnectionInfo, link: Link) -> None:
+        if info.group is not None and not info.group.allow_dynamic_source:
+            _refuse(link, UNAUTHORIZED, "no permission for dynamic sources")
+            return
+        address = f"_dynamic.{self.id}.{info.identity}.{link.name}"
+        link.source.address = address
+        self._add_consumer(info, link, info.internal(address), address)
+
+    def semantics(self, internal: str) -> AddressSemantics:
+        entry = best_match(self.config.addresses, internal)
+        if entry is None:
+            return DEFAULT_SEMANTICS
+        return AddressSemantics(entry.distribution, entry.waypoint)
+
+    def _state(self, key: str, semantics: AddressSemantics) -> AddressState:
+        state = self.addresses.get(key)
+        if state is None:
+            state = self.addresses[key] = AddressState(key, semantics.distribution)
+        return state
+
+    def _add_consumer(self, info: ConnectionInfo, link: Link, internal: str, address: str) -> None:
+        semantics = self.semantics(internal)
+        key = semantics.key(internal, 1)
+        multicast = semantics.distribution == "multicast"
+        if not link.source.address:
+            link.source.address = address
+        link.target.address = link.remote_target.address
+        if multicast:
+            link.snd_settle_mode = Link.SND_SETTLED
+        link.open()
+        self.add_destination(OutLink(link, key, info.link_capacity, presettle=multicast))
+
+    def add_destination(self, out: OutLink) -> None:
+        state = self.addresses.get(out.key) or self._state(out.key, self.semantics_of_key(out.key))
+        state.consumers.append(out)
+        self._key_changed(out.key)
+
+    def semantics_of_key(self, key: str) -> AddressSemantics:
+        return self.semantics(key.rsplit("@", 1)[0] if "@" in key else key)
+
+    def _add_producer(self, info: ConnectionInfo, link: Link, internal: str, address: str) -> None:
+        semantics = self.semantics(internal)
+        link.target.address = address
+        link.source.address = link.remote_source.address
+        link.open()
+        self.add_source(InLink(link, semantics.key(internal, 0), info.link_capacity, self.route))
+
+    def add_source(self, inbound: InLink) -> None:
+        state = self._state(inbound.key, self.semantics_of_key(inbound.key))
+        state.producers.append(inbound)
+        inbound.set_routable(self.routable(inbound))
+
+    def forget_link(self, link: Link) -> None:
+        out: OutLink | None = getattr(link, "enmesh_out", None)
+        if out is not None and not out.closed:
+            self._requeue(out.lost())
+            state = self.addresses.get(out.key)
+            if state is not None and out in state.consumers:
+                state.consumers.remove(out)
+                self._key_changed(out.key)
+            for transit_key, transit in list(self.transit.items()):
+                if transit is out:
+                    del self.transit[transit_key]
+        inbound: InLink | None = getattr(link, "enmesh_in", None)
+        if inbound is not None and not inbound.closed:
+            inbound.lost()
+            state = self.addresses.get(inbound.key)
+            if state is not None and inbound in state.producers:
+                state.producers.remove(inbound)
+        for key in [k for k, s in self.addresses.items() if s.idle]:
+            del self.addresses[key]
+
+    def _requeue(self, unsent: list[Held]) -> None:
+        """Messages that never left a lost link go back to their origin to be re-routed."""
+        origins = []
+        for held in reversed(unsent):
+            if held.origin is not None and not held.origin.closed:
+                held.origin.held.appendleft(held)
+                origins.append(held.origin)
+            else:
+                held.settle_origin(RELEASED)
+        for origin in origins:
+            self.loop.call_soon(origin.retry)
+
+    # --- routing ---------------------------------------------------------------------------
+
+    def routable(self, inbound: InLink) -> bool:
+        key, destination = inbound.key, inbound.destination_router
+        if destination is not None and destination != self.id:
+            ra = self.mesh.advertisements.get(destination)
+            return destination in self.mesh.routes.next_hop and ra is not None and key in ra.addresses
+        state = self.addresses.get(key)
+        local = bool(state and state.consumers)
+        if state is not None and state.distribution == "multicast" and local:
+            if any(out.congested for out in state.consumers):
+                return False
+        if destination == self.id:
+            return local
+        return local or bool(self.mesh.routers_with(key))
+
+    def route(self, held: Held) -> bool:
+        """Forward one message, or return False to keep holding it."""
+        inbound = held.origin
+        if inbound is None:
+            return True
+        key, destination = inbound.key, inbound.destination_router
+        if destination is not None and destination != self.id:
+            transit = self.transit_link(key, destination)
+            if transit is None or transit.free <= 0:
+                return False
+            transit.offer(held)
+            return True
+        state = self.addresses.get(key)
+        local = state.consumers if state is not None else []
+        remote_routers = [] if destination == self.id else self.mesh.routers_with(key)
+        distribution = state.distribution if state is not None else "balanced"
+        if distribution == "multicast":
+            return self._multicast(held, local, [r for _, r in remote_routers])
+        if distribution == "closest" and local:
+            chosen = choose_balanced(local)
+        elif distribution == "closest":
+            chosen = next(
+                (
+                    link
+                    for _, router in remote_routers
+                    if (link := self.transit_link(key, router)) is not None and link.free > 0
+                ),
+                None,
+            )
+        else:
+            remote = [self.transit_link(key, r) for _, r in remote_routers]
+            chosen = choose_balanced(local + [link for link in remote if link is not None])
+        if chosen is None:
+            return False
+        chosen.offer(held)
+        if state is not None:
+            state.stats["delivered"] += 1
+        return True
+
+    def _multicast(self, held: Held, local: list[OutLink], remote: list[str]) -> bool:
+        targets = list(local)
+        for router in remote:
+            link = self.transit_link(held.origin.key if held.origin else "", router)
+            if link is not None:
+                targets.append(link)
+        if not targets:
+            return False
+        for out in targets:
+            if out.congested:
+                out.dropped += 1
+                continue
+            out.offer(Held(held.data, None, None))
+        held.settle_origin(ACCEPTED)
+        return True
+
+    def transit_link(self, key: str, destination: str) -> OutLink | None:
+        """The link carrying `key` toward `destination`, attached on first use."""
+        existing = self.transit.get((key, destination))
+        if existing is not None and not existing.closed:
+            return existing
+        hop = self.mesh.routes.next_hop.get(destination)
+        conn = self.neighbours.get(hop) if hop else None
+        if conn is None or conn.closed:
+            return None
+        session = conn.connection.session()
+        session.open()
+        sender = session.sender(f"transit/{destination}/{key}")
+        sender.target.address = f"{TRANSIT_PREFIX}{destination}/{key}"
+        semantics = self.semantics_of_key(key)
+        if semantics.distribution == "multicast":
+            sender.snd_settle_mode = Link.SND_SETTLED
+        sender.open()
+        out = OutLink(sender, key, conn.context["info"].link_capacity,
+                      presettle=semantics.distribution == "multicast")
+        out.transit_hop = hop
+        self.transit[(key, destination)] = out
+        conn.process()
+        return out
+
+    def _retry_key(self, key: str) -> None:
+        state = self.addresses.get(key)
+        if state is not None:
+            for inbound in list(state.producers):
+                inbound.retry()
+                inbound.set_routable(self.routable(inbound))
+
+    def _key_changed(self, key: str) -> None:
+        self._retry_key(key)
+        self._schedule_advertise()
+
+    def _refresh_all(self) -> None:
+        for (key, destination), out in list(self.transit.items()):
+            hop = self.mesh.routes.next_hop.get(destination)
+            ra = self.mesh.advertisements.get(destination)
+            if hop != getattr(out, "transit_hop", None) or ra is None or key not in ra.addresses:
+                del self.transit[(key, destination)]
+                self._requeue(out.lost())
+                out.link.close()
+                self._flush_link(out.link)
+        for state in list(self.addresses.values()):
+            for inbound in list(state.producers):
+                inbound.set_routable(self.routable(inbound))
+                inbound.retry()
+
+    def _flush_link(self, link: Link) -> None:
+        for conn in self.connections.values():
+            if conn.connection is link.connection:
+                conn.process()
+                return
+
+    # --- mesh ------------------------------------------------------------------------------
+
+    def _mesh_link(self, info: ConnectionInfo, link: Link) -> None:
+        if not isinstance(link, Receiver):
+            _refuse(link, "amqp:not-allowed", "routers only send to each other")
+            return
+        target = link.remote_target.address or ""
+        link.target.address = target
+        link.source.address = link.remote_source.address
+        if target == CONTROL_ADDRESS:
+            link.enmesh_control = True
+            link.open()
+            link.flow(CONTROL_CREDIT)
+            return
+        if not target.startswith(TRANSIT_PREFIX):
+            _refuse(link, "amqp:not-found", f"unknown inter-router address {target!r}")
+            return
+        destination, _, key = target[len(TRANSIT_PREFIX) :].partition("/")
+        link.open()
+        self.add_source(InLink(link, key, info.link_capacity, self.route, destination))
+
+    def _neighbour_up(self, conn: ProtonSocket, info: ConnectionInfo, neighbour: str) -> None:
+        if not neighbour or neighbour == self.id:
+            conn.abort("amqp:invalid-field", "inter-router peer needs a distinct container id")
+            return
+        old = self.neighbours.get(neighbour)
+        if old is not None and old is not conn and not old.closed:
+            # Two connections between the same pair (both connected at once): keep one.
+            log.info("duplicate inter-router connection to %s; keeping the first", neighbour)
+        info.neighbour = neighbour
+        self.neighbours.setdefault(neighbour, conn)
+        session = conn.connection.session()
+        session.open()
+        control = session.sender(f"control/{self.id}")
+        control.target.address = CONTROL_ADDRESS
+        control.snd_settle_mode = Link.SND_SETTLED
+        control.enmesh_control_sender = True
+        control.open()
+        conn.context["control"] = control
+        conn.context["outbox"] = [ra for ra in self.mesh.advertisements.values()]
+        self._neighbours_changed()
+
+    def _neighbours_changed(self) -> None:
+        live = [n for n, c in self.neighbours.items() if not c.closed]
+        ra = self.mesh.update_local(neighbours=live)
+        if ra is not None:
+            self._flood(ra, exclude=None)
+        self._refresh_all()
+
+    def _schedule_advertise(self) -> None:
+        if not self._advertise_scheduled:
+            self._advertise_scheduled = True
+            self.loop.call_soon(self._advertise)
+
+    def _advertise(self) -> None:
+        self._advertise_scheduled = False
+        keys = [key for key, state in self.addresses.items() if state.consumers]
+        ra = self.mesh.update_local(addresses=keys)
+        if ra is not None:
+            self._flood(ra, exclude=None)
+            self._refresh_all()
+
+    def _flood(self, ra: RouterAdvertisement, exclude: str | None) -> None:
+        for neighbour, conn in self.neighbours.items():
+            if neighbour != exclude and not conn.closed:
+                conn.context.setdefault("outbox", []).append(ra)
+                self._send_control(conn)
+
+    def _send_control(self, conn: ProtonSocket) -> None:
+        control: Sender | None = conn.context.get("control")
+        outbox: list[RouterAdvertisement] = conn.context.get("outbox", [])
+        if control is None:
+            return
+        while outbox and control.credit > 0:
+            ra = outbox.pop(0)
+            delivery = control.delivery(str(ra.sequence).encode())
+            control.send(Message(body=ra.to_body()).encode())
+            control.advance()
+            delivery.settle()
+        conn.process()
+
+    def _control_message(self, conn: ProtonSocket, link: Link, delivery: Any) -> None:
+        if delivery.partial:
+            return
+        data = link.recv(delivery.pending)
+        link.advance()
+        delivery.settle()
+        if link.credit < CONTROL_CREDIT // 2:
+            link.flow(CONTROL_CREDIT - link.credit)
+        try:
+            message = Message()
+            message.decode(data)
+            ra = RouterAdvertisement.from_body(message.body)
+        except Exception as exc:
+            log.warning("bad control message from %s: %s", conn.peer, exc)
+            return
+        if self.mesh.accept(ra):
+            info: ConnectionInfo = conn.context["info"]
+            self._flood(ra, exclude=info.neighbour)
+            self._refresh_all()
+
+
+def _text(path: object) -> str | None:
+    return str(path) if path is not None else None
+
+
+def _refuse(link: Link, condition: str, description: str) -> None:
+    """Attach then detach with a condition: how AMQP says no to a link."""
+    link.open()
+    link.condition = Condition(condition, description)
+    link.close()

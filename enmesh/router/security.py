@@ -1,0 +1,96 @@
+"""TLS and SASL for the router's transports, from sslProfile / listener / connector config.
+
+SASL goes through Cyrus (python-qpid-proton built against libsasl2): the router entity
+names the Cyrus configuration (`saslConfigPath`/`saslConfigName`), which points at the
+sasldb built from the model's users. ANONYMOUS is offered only when a listener lists it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proton import SASL, SSL, Connection, SSLDomain, Transport
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    ca_cert_file: str | None
+    cert_file: str | None
+    private_key_file: str | None
+    password: str | None = None
+
+
+@dataclass(frozen=True)
+class SaslSettings:
+    config_path: str | None
+    config_name: str
+
+
+def server_domain(tls: TlsFiles, require_peer_certificate: bool, require_tls: bool) -> SSLDomain:
+    domain = SSLDomain(SSLDomain.MODE_SERVER)
+    if tls.cert_file and tls.private_key_file:
+        domain.set_credentials(tls.cert_file, tls.private_key_file, tls.password)
+    if tls.ca_cert_file:
+        domain.set_trusted_ca_db(tls.ca_cert_file)
+        if require_peer_certificate:  # inter-router: mutual TLS, SASL EXTERNAL
+            domain.set_peer_authentication(SSLDomain.VERIFY_PEER, tls.ca_cert_file)
+    if not require_tls:
+        domain.allow_unsecured_client()
+    return domain
+
+
+def client_domain(tls: TlsFiles, verify_hostname: bool) -> SSLDomain:
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    if tls.cert_file and tls.private_key_file:
+        domain.set_credentials(tls.cert_file, tls.private_key_file, tls.password)
+    if tls.ca_cert_file:
+        domain.set_trusted_ca_db(tls.ca_cert_file)
+    domain.set_peer_authentication(
+        SSLDomain.VERIFY_PEER_NAME if verify_hostname else SSLDomain.VERIFY_PEER
+    )
+    return domain
+
+
+def _configure_sasl(transport: Transport, mechanisms: tuple[str, ...], sasl: SaslSettings) -> SASL:
+    layer = transport.sasl()
+    if sasl.config_path:
+        layer.config_path(sasl.config_path)
+    layer.config_name(sasl.config_name)
+    if mechanisms:
+        layer.allowed_mechs(" ".join(mechanisms))
+    return layer
+
+
+def server_transport(
+    mechanisms: tuple[str, ...],
+    authenticate_peer: bool,
+    sasl: SaslSettings,
+    domain: SSLDomain | None,
+) -> Transport:
+    transport = Transport(Transport.SERVER)
+    if domain is not None:
+        SSL(transport, domain)
+    _configure_sasl(transport, mechanisms, sasl)
+    transport.require_auth(authenticate_peer)
+    return transport
+
+
+def client_transport(
+    connection_host: str,
+    mechanisms: tuple[str, ...],
+    sasl: SaslSettings,
+    domain: SSLDomain | None,
+) -> Transport:
+    transport = Transport(Transport.CLIENT)
+    if domain is not None:
+        ssl = SSL(transport, domain)
+        ssl.peer_hostname = connection_host
+    _configure_sasl(transport, mechanisms, sasl)
+    return transport
+
+
+def set_credentials(connection: Connection, user: str | None, password: str | None) -> None:
+    if user:
+        connection.user = user
+    if password:
+        connection.password = password
