@@ -268,9 +268,7 @@ class ProtonSocket:
                 self.handler.on_event(self, event)
             except Exception:
                 log.exception("handler failed on %s from %s; closing it", event.type, self.peer)
-                self.collector.pop()
                 self.abort("amqp:internal-error", "router error")
-                return
             self.collector.pop()
         if not self._connecting:
             self._flush()
@@ -299,10 +297,10 @@ class ProtonSocket:
 
         if self.closed:
             return
+        # Called from event handlers: the close is written when processing resumes.
         self.connection.condition = Condition(condition, description)
         self.connection.close()
         self.transport.close_tail()
-        self.process()
 
     def _fail(self, reason: str) -> None:
         log.info("connection %s: %s", self.peer, reason)

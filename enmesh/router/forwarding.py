@@ -80,7 +80,8 @@ class OutLink:
         self.capacity = capacity
         self.presettle = presettle  # multicast: copies go out settled
         self.waiting: deque[Held] = deque()
-        self.unsettled: dict[bytes, tuple[Delivery, Held]] = {}
+        # Keyed by tag as proton returns it (a str), not as given.
+        self.unsettled: dict[str, tuple[Delivery, Held]] = {}
         self.delivered = 0
         self.accepted = 0
         self.rejected = 0
@@ -113,7 +114,7 @@ class OutLink:
         link = self.link
         while self.waiting and link.credit > 0 and not self.closed:
             held = self.waiting.popleft()
-            tag = str(next(self._tags)).encode()
+            tag = str(next(self._tags))
             delivery = link.delivery(tag)
             link.send(held.data)
             link.advance()

@@ -577,7 +577,6 @@ class Router:
                       presettle=semantics.distribution == "multicast")
         out.transit_hop = hop
         self.transit[(key, destination)] = out
-        conn.process()
         return out
 
     def _retry_key(self, key: str) -> None:
@@ -599,17 +598,10 @@ class Router:
                 del self.transit[(key, destination)]
                 self._requeue(out.lost())
                 out.link.close()
-                self._flush_link(out.link)
         for state in list(self.addresses.values()):
             for inbound in list(state.producers):
                 inbound.set_routable(self.routable(inbound))
                 inbound.retry()
-
-    def _flush_link(self, link: Link) -> None:
-        for conn in self.connections.values():
-            if conn.connection is link.connection:
-                conn.process()
-                return
 
     # --- mesh ------------------------------------------------------------------------------
 
@@ -690,7 +682,6 @@ class Router:
             control.send(Message(body=ra.to_body()).encode())
             control.advance()
             delivery.settle()
-        conn.process()
 
     def _control_message(self, conn: ProtonSocket, link: Link, delivery: Any) -> None:
         if delivery.partial:

@@ -1,0 +1,243 @@
+"""Real router meshes for tests: a compiled stack in a temp dir, routers as processes.
+
+Everything the routers run on comes from the compiler (`enmesh.compile`), so the tests
+exercise the same files a deployment uses: TLS material from `pki.make_pki`, secrets
+as files, a Cyrus sasldb with every model user. Readiness is observed (ports accept,
+the metrics endpoint reports the mesh), never slept for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from enmesh.compile import compile_model, load_stack, write_artefacts
+from enmesh.model import load_model
+from tests.support.pki import make_pki, stack_components
+from tests.support.ports import free_port_block, port_is_listening
+from tests.support.sasl import make_sasldb
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTER_BIN = Path(sys.executable).parent / "enmesh-router"
+SAMPLE_MODEL = ROOT / "stacks" / "iot.model.yml"
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.05) -> None:  # type: ignore[no-untyped-def]
+    """Poll `condition` until true or fail after `timeout` seconds, naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class RouterProcess:
+    index: int
+    config: Path
+    log: Path
+    amqp_port: int
+    amqps_port: int
+    metrics_port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [str(ROUTER_BIN), "--config", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(
+            lambda: self._alive_or_fail() and port_is_listening(self.amqp_port),
+            20,
+            f"router {self.index} to listen on {self.amqp_port}",
+        )
+
+    def _alive_or_fail(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(
+                f"router {self.index} exited with {self.process.returncode}:\n{self.log_tail()}"
+            )
+        return True
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback only
+            return response.read().decode()
+
+    def reachable_routers(self) -> int:
+        try:
+            text = self.metrics()
+        except OSError:
+            return -1
+        match = re.search(r"^enmesh_router_reachable_routers\{[^}]*\} (\d+)", text, re.M)
+        return int(match[1]) if match else -1
+
+
+@dataclass
+class Mesh:
+    directory: Path
+    routers: list[RouterProcess]
+    passwords: dict[str, str]  # SASL identity -> password
+    ca: Path
+    topology: str
+    secrets_dir: Path
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def url(self, index: int, tls: bool = False) -> str:
+        router = self.routers[index]
+        if tls:
+            return f"amqps://127.0.0.1:{router.amqps_port}"
+        return f"amqp://127.0.0.1:{router.amqp_port}"
+
+    def start(self) -> None:
+        for router in self.routers:
+            router.start()
+
+    def stop(self) -> None:
+        for router in self.routers:
+            router.stop()
+
+    def wait_converged(self, expected: dict[int, int] | None = None, timeout: float = 30) -> None:
+        """Wait until router i sees expected[i] other routers (default: all of them)."""
+        wanted = expected or {r.index: len(self.routers) - 1 for r in self.routers}
+        wait_until(
+            lambda: all(self.routers[i].reachable_routers() == n for i, n in wanted.items()),
+            timeout,
+            f"mesh to converge to {wanted}",
+        )
+
+
+def _write_stack(
+    directory: Path,
+    routers: int,
+    topology: str,
+    models: list[Path],
+    broker_port: int,
+    link_capacity: int,
+) -> Path:
+    ports = {name: free_port_block(routers) for name in ("amqp", "amqps", "interRouter", "metrics")}
+    model_names = []
+    for model in models:
+        copy = directory / model.name
+        copy.write_text(model.read_text())
+        model_names.append(model.name)
+    stack = {
+        "apiVersion": "enmesh.io/v1",
+        "kind": "Stack",
+        "metadata": {"name": "test"},
+        "spec": {
+            "models": model_names,
+            "routers": {
+                "count": routers,
+                "topology": topology,
+                "hosts": ["127.0.0.1"],
+                "linkCapacity": link_capacity,
+                "ports": {**ports, "stride": 1},
+            },
+            "brokers": [{"name": "broker-0", "host": "127.0.0.1", "amqpsPort": broker_port}],
+            "paths": {
+                "config": str(directory / "config"),
+                "state": str(directory / "state"),
+                "secrets": str(directory / "secrets"),
+            },
+        },
+    }
+    path = directory / "test.stack.yml"
+    path.write_text(json.dumps(stack))  # JSON is YAML
+    return path
+
+
+def _write_secret(secrets_dir: Path, name: str, key: str, value: str) -> None:
+    folder = secrets_dir / name
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / key
+    target.write_text(value)
+    target.chmod(0o600)
+
+
+def build_mesh(
+    directory: Path,
+    routers: int = 3,
+    topology: str = "full-mesh",
+    models: list[Path] | None = None,
+    broker_port: int | None = None,
+    link_capacity: int = 250,
+) -> Mesh:
+    """Compile and provision a stack of `routers` routers; call `start()` to run it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    broker_port = broker_port or free_port_block(1)  # nothing listens: brokers optional
+    stack_file = _write_stack(
+        directory, routers, topology, models or [SAMPLE_MODEL], broker_port, link_capacity
+    )
+    stack, model_files = load_stack(stack_file)
+    artefacts = compile_model(stack, load_model(model_files))
+    config_dir = directory / "config"
+    write_artefacts(artefacts, config_dir)
+    state = directory / "state"
+    pki = make_pki(state / "tls", stack_components(routers, ["broker-0"]))
+    users = json.loads((config_dir / "auth" / "users.json").read_text())
+    passwords: dict[str, str] = {}
+    secrets_dir = directory / "secrets"
+    for user in users["messagingUsers"]:
+        password = secrets.token_urlsafe(12)
+        passwords[user["identity"]] = password
+        ref = user["passwordSecret"]
+        _write_secret(secrets_dir, ref["name"], ref["key"], password)
+    for service in users["brokerUsers"]:
+        ref = service["passwordSecret"]
+        _write_secret(secrets_dir, ref["name"], ref["key"], secrets.token_urlsafe(12))
+    (state / "auth").mkdir(parents=True, exist_ok=True)
+    make_sasldb(state / "auth" / "enmesh.sasldb", passwords)
+    processes = []
+    for i, instance_port in enumerate(_ports(stack)):
+        amqp, amqps, metrics = instance_port
+        processes.append(
+            RouterProcess(
+                index=i,
+                config=config_dir / "routers" / f"test-router-{i}.conf",
+                log=directory / f"router-{i}.log",
+                amqp_port=amqp,
+                amqps_port=amqps,
+                metrics_port=metrics,
+            )
+        )
+    return Mesh(directory, processes, passwords, pki.ca_cert, topology, secrets_dir)
+
+
+def _ports(stack) -> list[tuple[int, int, int]]:  # type: ignore[no-untyped-def]
+    ports = stack.spec.routers.ports
+    return [
+        (ports.amqp + i, ports.amqps + i, ports.metrics + i)
+        for i in range(stack.spec.routers.count)
+    ]
