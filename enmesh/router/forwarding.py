@@ -191,6 +191,8 @@ class InLink:
         self.received = 0
         self.closed = False
         self.routable = False
+        # Multicast: how many more copies the slowest destination can queue right now.
+        self.room: Callable[[], int] | None = None
         link.enmesh_in = self
 
     def on_delivery(self, delivery: Delivery) -> None:
@@ -237,7 +239,9 @@ class InLink:
         link = self.link
         if self.routable:
             want = self.capacity - len(self.held) - len(self.partial)
-            if want > link.credit:
+            if self.room is not None:
+                want = min(want, self.room())
+            if want != link.credit and (want > link.credit or self.room is not None):
                 link.flow(want - link.credit)
         elif link.credit > 0:
             link.flow(-link.credit)

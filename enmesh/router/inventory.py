@@ -112,6 +112,8 @@ def address_entities(router: Router) -> Iterator[dict[str, Any]]:
             "containerCount": 0,
             "deliveriesIngress": sum(p.received for p in state.producers),
             "deliveriesEgress": sum(c.delivered for c in state.consumers),
+            "droppedPresettledDeliveries": sum(c.dropped for c in state.consumers),
+            "undeliveredCount": sum(len(c.waiting) for c in state.consumers),
         }
 
 

@@ -44,6 +44,9 @@ def exposition(router: Router) -> str:
         ("deliveriesIngress", "enmesh_address_deliveries_ingress_total", "Messages received."),
         ("deliveriesEgress", "enmesh_address_deliveries_egress_total", "Messages sent."),
         ("subscriberCount", "enmesh_address_local_consumers", "Local consumers."),
+        ("droppedPresettledDeliveries", "enmesh_address_dropped_presettled_total",
+         "Presettled copies dropped because a consumer fell too far behind."),
+        ("undeliveredCount", "enmesh_address_undelivered", "Messages waiting for credit."),
     ):
         kind = "counter" if name.endswith("_total") else "gauge"
         metric(name, kind, help_text,

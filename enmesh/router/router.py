@@ -40,6 +40,8 @@ from enmesh.router.policy import Vhost, VhostGroup
 
 log = logging.getLogger("enmesh.router")
 
+# qdrouterd's default: a peer silent for this long (no frames, no heartbeats) is gone.
+IDLE_TIMEOUT_SECONDS = 16.0
 CONTROL_ADDRESS = "_mesh/control"
 TRANSIT_PREFIX = "_mesh/"
 CONTROL_CREDIT = 1000
@@ -168,6 +170,7 @@ class Router:
         transport = security.server_transport(
             listener.sasl_mechanisms, listener.authenticate_peer, self.sasl, domain
         )
+        transport.idle_timeout = IDLE_TIMEOUT_SECONDS
         info = ConnectionInfo(
             role=listener.role,
             name=listener.name or f"{listener.host}:{listener.port}",
@@ -198,6 +201,7 @@ class Router:
         transport = security.client_transport(
             connector.host, connector.sasl_mechanisms, self.sasl, domain
         )
+        transport.idle_timeout = IDLE_TIMEOUT_SECONDS
         conn = ProtonSocket(
             self.loop, sock, transport, self, f"{connector.host}:{connector.port}", connecting=True
         )
@@ -451,6 +455,8 @@ class Router:
     def add_source(self, inbound: InLink) -> None:
         state = self._state(inbound.key, self.semantics_of_key(inbound.key))
         state.producers.append(inbound)
+        if state.distribution == "multicast":
+            inbound.room = lambda key=inbound.key: self._multicast_room(key)
         inbound.set_routable(self.routable(inbound))
 
     def forget_link(self, link: Link) -> None:
@@ -494,9 +500,6 @@ class Router:
             return destination in self.mesh.routes.next_hop and ra is not None and key in ra.addresses
         state = self.addresses.get(key)
         local = bool(state and state.consumers)
-        if state is not None and state.distribution == "multicast" and local:
-            if any(out.congested for out in state.consumers):
-                return False
         if destination == self.id:
             return local
         return local or bool(self.mesh.routers_with(key))
@@ -549,12 +552,19 @@ class Router:
         if not targets:
             return False
         for out in targets:
-            if out.congested:
+            if len(out.waiting) >= 2 * out.capacity:  # safety net; credit keeps us below
                 out.dropped += 1
                 continue
             out.offer(Held(held.data, None, None))
         held.settle_origin(ACCEPTED)
         return True
+
+    def _multicast_room(self, key: str) -> int:
+        """Copies the slowest destination of `key` can still queue (credit granted upstream)."""
+        state = self.addresses.get(key)
+        outs = list(state.consumers) if state is not None else []
+        outs += [out for (k, _), out in self.transit.items() if k == key]
+        return min((out.capacity - len(out.waiting) for out in outs), default=0)
 
     def transit_link(self, key: str, destination: str) -> OutLink | None:
         """The link carrying `key` toward `destination`, attached on first use."""

@@ -58,6 +58,7 @@ class Scenario(MessagingHandler):  # type: ignore[misc]
         self.connections: list[Any] = []
         self.errors: list[str] = []
         self.container: Container | None = None
+        self.timeout_task: Any = None
 
     def open(self, account: Account) -> Any:
         assert self.container is not None
@@ -66,10 +67,11 @@ class Scenario(MessagingHandler):  # type: ignore[misc]
         return connection
 
     def done(self) -> None:
+        """Close every connection cleanly; the container then ends by itself."""
         for connection in self.connections:
             connection.close()
-        if self.container is not None:
-            self.container.stop()
+        if self.timeout_task is not None:
+            self.timeout_task.cancel()
 
     def on_transport_error(self, event: Any) -> None:
         condition = event.transport.condition
@@ -91,14 +93,16 @@ class _Timeout:
 
     def on_timer_task(self, event: Any) -> None:
         self.fired = True
-        self.scenario.done()
+        for connection in self.scenario.connections:
+            connection.close()
+        event.container.stop()
 
 
 def run(scenario: Scenario, timeout: float = 30) -> Scenario:
     container = Container(scenario)
     scenario.container = container
     timer = _Timeout(scenario, timeout)
-    container.schedule(timeout, timer)
+    scenario.timeout_task = container.schedule(timeout, timer)
     container.run()
     if timer.fired:
         raise ScenarioTimeout(

@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from proton import Message
 
 from tests.support.amqp import Account, Scenario, run
-from tests.support.mesh import Mesh, build_mesh
-
-
-@pytest.fixture(scope="module")
-def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    built = build_mesh(tmp_path_factory.mktemp("mesh3"), routers=3, topology="full-mesh")
-    try:
-        built.start()
-        built.wait_converged()
-        yield built
-    finally:
-        built.stop()
+from tests.support.mesh import Mesh
 
 
 def backend(mesh: Mesh, router: int) -> Account:
@@ -72,8 +58,8 @@ class ShareAnycast(Scenario):
             self.done()
 
 
-def test_three_consumers_share_unsettled_anycast_exactly_once(mesh: Mesh) -> None:
-    scenario = run(ShareAnycast(mesh, 3000), timeout=60)
+def test_three_consumers_share_unsettled_anycast_exactly_once(full_mesh: Mesh) -> None:
+    scenario = run(ShareAnycast(full_mesh, 3000), timeout=60)
     assert scenario.accepted == 3000
     assert len(scenario.received) == 3000 and set(scenario.received.values()) == {1}
     assert all(scenario.by_consumer[i] > 0 for i in range(3)), scenario.by_consumer
