@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proton import Collector, Connection, Event, Transport
+from proton import Collector, Condition, Connection, Endpoint, Event, Transport, symbol
 
 log = logging.getLogger("enmesh.router.engine")
 
@@ -293,14 +293,15 @@ class ProtonSocket:
 
     def abort(self, condition: str, description: str) -> None:
         """Close the connection with an error condition, then drop the socket."""
-        from proton import Condition  # noqa: PLC0415 - keep the hot import list short
-
         if self.closed:
             return
         # Called from event handlers: the close is written when processing resumes.
+        # An open we never sent goes out flagged as a failed establishment (AMQP 2.7.1).
+        if self.connection.state & Endpoint.LOCAL_UNINIT:
+            self.connection.properties = {symbol("amqp:connection-establishment-failed"): True}
+            self.connection.open()
         self.connection.condition = Condition(condition, description)
         self.connection.close()
-        self.transport.close_tail()
 
     def _fail(self, reason: str) -> None:
         log.info("connection %s: %s", self.peer, reason)

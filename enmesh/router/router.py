@@ -275,12 +275,16 @@ class Router:
         return True
 
     def _on_session_remote_open(self, conn: ProtonSocket, event: Event) -> None:
+        if event.connection.state & Endpoint.LOCAL_CLOSED:
+            return  # refused connection: its queued begins and attaches get no answer
         if event.session.state & LOCAL_UNINIT:
             event.session.open()
 
     def _on_link_remote_open(self, conn: ProtonSocket, event: Event) -> None:
         link = event.link
         info: ConnectionInfo = conn.context["info"]
+        if event.connection.state & Endpoint.LOCAL_CLOSED:
+            return
         if not link.state & LOCAL_UNINIT:
             self.link_routes.on_remote_open(link)  # our own attach, confirmed
             return

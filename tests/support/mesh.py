@@ -205,7 +205,14 @@ def build_mesh(
     config_dir = directory / "config"
     write_artefacts(artefacts, config_dir)
     state = directory / "state"
-    pki = make_pki(state / "tls", stack_components(routers, ["broker-0"]))
+    # proton clients use the open hostname (the tenant) as TLS peer name, so the client
+    # listener's certificate names every address space, as a deployment's must.
+    tenants = [tenant.name for tenant in load_model(model_files).tenants]
+    pki = make_pki(
+        state / "tls",
+        stack_components(routers, ["broker-0"]),
+        hostnames=("localhost", "127.0.0.1", *tenants),
+    )
     users = json.loads((config_dir / "auth" / "users.json").read_text())
     passwords: dict[str, str] = {}
     secrets_dir = directory / "secrets"

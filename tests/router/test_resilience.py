@@ -1,0 +1,127 @@
+"""Path redundancy: routers die under load; traffic reroutes or credit follows reachability."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from proton import Message
+
+from tests.router.conftest import account, started
+from tests.support.amqp import Scenario, run
+from tests.support.mesh import Mesh, build_mesh
+
+
+@pytest.fixture
+def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """A - B - C plus the extra A - C link."""
+    mesh = build_mesh(tmp_path_factory.mktemp("ring"), routers=3, topology="ring")
+    try:
+        yield started(mesh)
+    finally:
+        mesh.stop()
+
+
+@pytest.fixture
+def fragile_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    mesh = build_mesh(tmp_path_factory.mktemp("fragile"), routers=3, topology="chain")
+    try:
+        yield started(mesh)
+    finally:
+        mesh.stop()
+
+
+class KillUnderLoad(Scenario):
+    """Producer on A (0), consumer on C (2); B (1) is killed after `kill_after` accepted."""
+
+    def __init__(self, mesh: Mesh, total: int, kill_after: int) -> None:
+        super().__init__(prefetch=50)
+        self.mesh, self.total, self.kill_after = mesh, total, kill_after
+        self.accepted = self.released = self.sent = 0
+        self.received_after_kill = 0
+        self.killed = False
+        self.state: dict[str, Any] = {}
+
+    def on_start(self, event: Any) -> None:
+        conn = self.open(account(self.mesh, 2, "backend@iot"))
+        event.container.create_receiver(conn, "telemetry", name="consumer")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "consumer":
+            conn = self.open(account(self.mesh, 0, "device@iot"))
+            event.container.create_sender(conn, "telemetry", name="producer")
+
+    def on_sendable(self, event: Any) -> None:
+        while event.sender.credit and self.sent < self.total:
+            event.sender.send(Message(body=self.sent))
+            self.sent += 1
+
+    def on_message(self, event: Any) -> None:
+        if self.killed:
+            self.received_after_kill += 1
+
+    def on_accepted(self, event: Any) -> None:
+        self.accepted += 1
+        if self.accepted == self.kill_after and not self.killed:
+            self.killed = True
+            self.mesh.routers[1].kill()
+        self._maybe_done()
+
+    def on_released(self, event: Any) -> None:
+        self.released += 1
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        self.state = {"accepted": self.accepted, "released": self.released, "sent": self.sent}
+        if self.accepted + self.released == self.total:
+            self.done()
+
+
+def test_ring_keeps_flowing_when_the_middle_router_dies(ring: Mesh) -> None:
+    scenario = run(KillUnderLoad(ring, total=2000, kill_after=500), timeout=60)
+    assert scenario.killed
+    assert scenario.received_after_kill > 0
+    # Every message has an outcome: accepted, or released back (never silently lost).
+    assert scenario.accepted + scenario.released == 2000
+    assert scenario.accepted >= 1500
+
+
+class CreditFollowsPath(Scenario):
+    """Chain A - B - C: killing B takes A's producer credit; restarting B brings it back."""
+
+    def __init__(self, mesh: Mesh) -> None:
+        super().__init__()
+        self.mesh = mesh
+        self.state: dict[str, Any] = {"phase": "waiting-for-credit", "flows": []}
+
+    def on_start(self, event: Any) -> None:
+        conn = self.open(account(self.mesh, 2, "backend@iot"))
+        event.container.create_receiver(conn, "telemetry", name="consumer")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "consumer":
+            conn = self.open(account(self.mesh, 0, "device@iot"))
+            event.container.create_sender(conn, "telemetry", name="producer")
+
+    def on_link_flow(self, event: Any) -> None:
+        if event.link.name != "producer":
+            return
+        credit, phase = event.link.credit, self.state["phase"]
+        self.state["flows"].append((phase, credit))
+        if phase == "waiting-for-credit" and credit > 0:
+            self.state["phase"] = "b-killed"
+            self.mesh.routers[1].kill()
+        elif phase == "b-killed" and credit == 0:
+            self.state["phase"] = "b-restarted"
+            self.mesh.routers[1].start()
+        elif phase == "b-restarted" and credit > 0:
+            self.state["phase"] = "recovered"
+            self.done()
+
+
+def test_chain_without_redundancy_loses_and_regains_credit(fragile_chain: Mesh) -> None:
+    state = run(CreditFollowsPath(fragile_chain), timeout=60).state
+    assert state["phase"] == "recovered"
+    phases = [phase for phase, _ in state["flows"]]
+    assert phases.index("b-killed") < phases.index("b-restarted")
