@@ -56,6 +56,7 @@ def compile_model(stack: Stack, model: Model) -> Artefacts:
         files[f"brokers/{spec.name}.definitions.json"] = to_json(
             broker.broker_definitions(layout, spec.name)
         )
+        files[f"brokers/{spec.name}.rabbitmq.conf"] = broker.rabbitmq_conf(layout, spec.name)
     files["auth/users.json"] = to_json(auth.users(layout))
     files["auth/sasl2/qdrouterd.conf"] = auth.sasl_config(layout)
     for tenant in layout.standard_tenants:

@@ -156,6 +156,11 @@ class Layout:
     def tls_file(self, component: str, suffix: str) -> str:
         return self.state_path("tls", f"{component}.{suffix}")
 
+    @staticmethod
+    def broker_tls_component(broker: str) -> str:
+        """TLS file stem of a broker: `broker-0` stays, `a` becomes `broker-a`."""
+        return broker if broker.startswith("broker-") else f"broker-{broker}"
+
     @property
     def ca_file(self) -> str:
         return self.state_path("tls", "ca.crt")

@@ -154,11 +154,12 @@ def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Itera
                     },
                 )
     elif kind is AddressType.TOPIC:
+        # A fanout exchange: publishers send to it, and each subscriber link gets its own
+        # broker link (RabbitMQ binds a temporary queue). No binding key is needed, which
+        # matters: qdrouterd-format parsers cut attribute values at `#`.
         exchange = "/exchange/" + layout.broker_name(tenant, address.spec.address)
-        # Publishers go to the exchange (subject = routing key); each subscriber link
-        # gets its own broker link bound with `#`.
         for broker in layout.address_brokers(tenant, address):
-            for direction, external in (("out", exchange), ("in", exchange + "/#")):
+            for direction, external in (("out", exchange), ("in", exchange)):
                 yield Entity(
                     "linkRoute",
                     {

@@ -59,7 +59,9 @@ def test_address_types_compile_per_design(local: dict[str, str]) -> None:
         (r["prefix"], r["direction"]): r["addExternalPrefix"] for r in entities(conf, "linkRoute")
     }
     assert routes[("iot/alerts", "out")] == "/exchange/iot.alerts"
-    assert routes[("iot/alerts", "in")] == "/exchange/iot.alerts/#"
+    assert routes[("iot/alerts", "in")] == "/exchange/iot.alerts"
+    # qdrouterd and skupper-router cut attribute values at `#`: never emit one.
+    assert not any("#" in line for line in conf.splitlines() if not line.startswith("#"))
     assert routes[("iot/alerts::audit", "in")] == "/amq/queue/iot.audit"
 
 
@@ -103,7 +105,7 @@ def test_broker_queues_carry_ttl_delivery_limit_and_dead_letter(local: dict[str,
             "arguments": {},
             "destination": "iot.audit",
             "destination_type": "queue",
-            "routing_key": "#",
+            "routing_key": "",
             "source": "iot.alerts",
             "vhost": "enmesh",
         }
@@ -144,7 +146,7 @@ def test_brokered_space_gets_its_own_vhost_limits_and_permissions(multi: dict[st
     holding = [
         json.loads(text)
         for path, text in multi.items()
-        if path.startswith("brokers/")
+        if path.endswith(".definitions.json")
         and "legacy" in {v["name"] for v in json.loads(text)["vhosts"]}
     ]
     assert len(holding) == 1  # brokered-small allows one broker
@@ -241,3 +243,24 @@ def test_content_hash_changes_with_the_model(tmp_path: Path) -> None:
     changed = compile_model(stack, load_model([*models, extra]))
     assert base.content_hash("routers/") != changed.content_hash("routers/")
     assert base.content_hash("brokers/") == changed.content_hash("brokers/")
+
+
+def test_broker_config_is_tls_only_with_the_routers_vhost(local: dict[str, str]) -> None:
+    conf = dict(
+        line.split(" = ", 1) for line in local["brokers/broker-0.rabbitmq.conf"].splitlines()
+        if not line.startswith("#")
+    )
+    assert conf["listeners.tcp"] == "none"
+    assert conf["listeners.ssl.default"] == "127.0.0.1:25671"
+    assert conf["ssl_options.certfile"] == "/var/lib/enmesh/tls/broker-0.crt"
+    assert conf["amqp1_0.default_vhost"] == "enmesh"
+    assert conf["amqp1_0.default_user"] == "none"
+    assert conf["load_definitions"] == "/etc/enmesh/brokers/broker-0.definitions.json"
+
+
+def test_topic_subscriber_queues_expire(local: dict[str, str]) -> None:
+    definitions = json.loads(local["brokers/broker-0.definitions.json"])
+    policy = next(p for p in definitions["policies"] if p["name"] == "enmesh-temporary-queues")
+    assert re.match(policy["pattern"], "amq.gen-Xyz") and not re.match(policy["pattern"], "iot.x")
+    assert policy["definition"] == {"expires": 60_000}
+    assert definitions["exchanges"][0]["type"] == "fanout"
