@@ -73,7 +73,9 @@ class BrokerLinks:
                 receiver.source.address = auto.external_address
                 receiver.target.address = auto.address
                 receiver.open()
-                self.router.add_source(InLink(receiver, key, capacity, self.router.route))
+                inbound = InLink(receiver, key, capacity, self.router.route)
+                inbound.modified_as_released = True
+                self.router.add_source(inbound)
         log.info("broker connection %s up", name)
 
     def broker_down(self, name: str) -> None:
@@ -136,8 +138,10 @@ class BrokerLinks:
         capacity: int = getattr(client, "enmesh_capacity", 250)
         if link.is_receiver:  # broker -> client
             out = OutLink(client, "", capacity)
-            client.enmesh_partner_in = PairedInLink(link, out, capacity)
-            client.enmesh_partner_in.refresh()
+            paired = PairedInLink(link, out, capacity)
+            paired.modified_as_released = True
+            client.enmesh_partner_in = paired
+            paired.refresh()
         else:  # client -> broker
             out = OutLink(link, "", capacity)
             link.enmesh_partner_in = PairedInLink(client, out, capacity)

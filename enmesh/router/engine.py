@@ -157,13 +157,16 @@ class ProtonSocket:
         handler: EngineHandler,
         peer: str,
         connecting: bool = False,
+        connection: Connection | None = None,
     ) -> None:
         self.loop = loop
         self.sock = sock
         self.transport = transport
         self.handler = handler
         self.peer = peer
-        self.connection = Connection()
+        # SASL credentials are copied from the connection when the transport binds, so a
+        # client connection arrives here with its user and password already set.
+        self.connection = connection or Connection()
         self.collector = Collector()
         self.connection.collect(self.collector)
         self.context: dict[str, Any] = {}

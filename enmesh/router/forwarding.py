@@ -45,10 +45,14 @@ class Held:
         self.delivery = None
         if self.origin is not None and self.origin.closed:
             return  # the producer's link is gone; its engine already forgot the delivery
-        if source is not None:
+        if source is not None and not (
+            self.origin is not None
+            and self.origin.modified_as_released
+            and source.remote_state == Disposition.MODIFIED
+        ):
             _copy_outcome(source, inbound)
         else:
-            inbound.update(state)
+            inbound.update(RELEASED if source is not None else state)
         inbound.settle()
 
 
@@ -187,17 +191,21 @@ class InLink:
         self.route = route
         self.destination_router = destination_router  # for transit links from other routers
         self.held: deque[Held] = deque()
-        self.partial: dict[bytes, bytearray] = {}
+        # A link has at most one multi-frame delivery in progress; its bytes so far.
+        # (Tags are not used: peers may send binary tags that proton cannot decode.)
+        self.partial: bytearray | None = None
         self.received = 0
         self.closed = False
         self.routable = False
         # Multicast: how many more copies the slowest destination can queue right now.
         self.room: Callable[[], int] | None = None
+        # RabbitMQ 3.10 ends the session on a `modified` outcome; brokers get `released`.
+        self.modified_as_released = False
         link.enmesh_in = self
 
     def on_delivery(self, delivery: Delivery) -> None:
         if delivery.aborted:
-            self.partial.pop(delivery.tag, None)
+            self.partial = None
             delivery.settle()
             self.link.advance()
             return
@@ -205,9 +213,9 @@ class InLink:
             return
         chunk = self.link.recv(delivery.pending) or b""
         if delivery.partial:
-            self.partial.setdefault(delivery.tag, bytearray()).extend(chunk)
+            self.partial = (self.partial or bytearray()) + chunk
             return
-        buffered = self.partial.pop(delivery.tag, None)
+        buffered, self.partial = self.partial, None
         data = bytes(buffered + chunk) if buffered is not None else bytes(chunk)
         self.link.advance()
         self.received += 1
@@ -238,7 +246,7 @@ class InLink:
             return
         link = self.link
         if self.routable:
-            want = self.capacity - len(self.held) - len(self.partial)
+            want = self.capacity - len(self.held) - (self.partial is not None)
             if self.room is not None:
                 want = min(want, self.room())
             if want != link.credit and (want > link.credit or self.room is not None):
@@ -250,7 +258,7 @@ class InLink:
         """The producer side is gone: its held messages cannot be settled any more."""
         self.closed = True
         self.held.clear()
-        self.partial.clear()
+        self.partial = None
 
 
 @dataclass

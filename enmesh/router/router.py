@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from proton import Condition, Endpoint, Event, Link, Message, Receiver, Sender
+from proton import Condition, Connection, Endpoint, Event, Link, Message, Receiver, Sender
 
 from enmesh.router import security
 from enmesh.router.addressing import DEFAULT_SEMANTICS, AddressSemantics, best_match
@@ -202,12 +202,19 @@ class Router:
             connector.host, connector.sasl_mechanisms, self.sasl, domain
         )
         transport.idle_timeout = IDLE_TIMEOUT_SECONDS
-        conn = ProtonSocket(
-            self.loop, sock, transport, self, f"{connector.host}:{connector.port}", connecting=True
-        )
+        connection = Connection()
         password = resolve_password(connector.sasl_password) if connector.sasl_password else None
-        security.set_credentials(conn.connection, connector.sasl_username, password)
-        conn.connection.hostname = connector.host
+        security.set_credentials(connection, connector.sasl_username, password)
+        connection.hostname = connector.host
+        conn = ProtonSocket(
+            self.loop,
+            sock,
+            transport,
+            self,
+            f"{connector.host}:{connector.port}",
+            connecting=True,
+            connection=connection,
+        )
         state.socket = conn
         info = ConnectionInfo(
             role=connector.role,
@@ -322,6 +329,7 @@ class Router:
         out: OutLink | None = getattr(link, "enmesh_out", None)
         if out is not None and delivery.updated:
             out.on_disposition(delivery)
+            self._close_if_idle(out)
             self._retry_key(out.key)
 
     def _on_link_remote_close(self, conn: ProtonSocket, event: Event) -> None:
@@ -608,14 +616,33 @@ class Router:
         for (key, destination), out in list(self.transit.items()):
             hop = self.mesh.routes.next_hop.get(destination)
             ra = self.mesh.advertisements.get(destination)
-            if hop != getattr(out, "transit_hop", None) or ra is None or key not in ra.addresses:
+            if hop != getattr(out, "transit_hop", None):
+                # The path is gone: what was in flight on it can no longer settle.
                 del self.transit[(key, destination)]
                 self._requeue(out.lost())
                 out.link.close()
+            elif ra is None or key not in ra.addresses:
+                # The destination no longer wants `key`, but outcomes of what it already
+                # has are still on their way back: stop using the link, close it once idle.
+                del self.transit[(key, destination)]
+                self._retire(out)
         for state in list(self.addresses.values()):
             for inbound in list(state.producers):
                 inbound.set_routable(self.routable(inbound))
                 inbound.retry()
+
+    def _retire(self, out: OutLink) -> None:
+        unsent = list(out.waiting)
+        out.waiting.clear()
+        self._requeue(unsent)
+        out.retiring = True
+        self._close_if_idle(out)
+
+    @staticmethod
+    def _close_if_idle(out: OutLink) -> None:
+        if getattr(out, "retiring", False) and not out.unsettled and not out.closed:
+            out.closed = True
+            out.link.close()
 
     # --- mesh ------------------------------------------------------------------------------
 

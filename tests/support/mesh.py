@@ -128,6 +128,9 @@ class Mesh:
         for router in self.routers:
             router.stop()
 
+    def set_secret(self, name: str, key: str, value: str) -> None:
+        _write_secret(self.secrets_dir, name, key, value)
+
     def wait_converged(self, expected: dict[int, int] | None = None, timeout: float = 30) -> None:
         """Wait until router i sees expected[i] other routers (default: all of them)."""
         wanted = expected or {r.index: len(self.routers) - 1 for r in self.routers}
@@ -239,7 +242,7 @@ def build_mesh(
                 metrics_port=metrics,
             )
         )
-    return Mesh(directory, processes, passwords, pki.ca_cert, topology, secrets_dir)
+    return Mesh(directory, processes, passwords, pki.ca_cert, topology, secrets_dir, {"pki": pki})
 
 
 def _ports(stack) -> list[tuple[int, int, int]]:  # type: ignore[no-untyped-def]
