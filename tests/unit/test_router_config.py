@@ -240,6 +240,7 @@ def test_inline_vhost_as_the_compiler_writes_it(layout: Layout, tmp_path: Path) 
     (vhost,) = config.vhosts
     assert vhost.hostname == "iot" and vhost.max_connections == 1000
     assert vhost.groups["backend"].sources == (
+        "alerts",
         "alerts::audit",
         "dlq",
         "events",
