@@ -142,8 +142,12 @@ def broker_definitions(layout: Layout, broker: str) -> Definitions:
     # delete with its link; expire it once unused instead of letting it collect alerts.
     policies += [
         {
-            "name": "enmesh-temporary-queues", "vhost": vhost, "pattern": r"^amq\.gen-",
-            "apply-to": "queues", "priority": 0, "definition": {"expires": TEMPORARY_QUEUE_TTL_MS},
+            "name": "enmesh-temporary-queues",
+            "vhost": vhost,
+            "pattern": r"^amq\.gen-",
+            "apply-to": "queues",
+            "priority": 0,
+            "definition": {"expires": TEMPORARY_QUEUE_TTL_MS},
         }
         for vhost in vhosts
     ]

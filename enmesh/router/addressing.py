@@ -29,7 +29,9 @@ M = TypeVar("M", bound="Matchable")
 
 def prefix_matches(prefix: str, address: str) -> bool:
     return address == prefix or (
-        address.startswith(prefix) and len(address) > len(prefix) and address[len(prefix)] in SEPARATORS
+        address.startswith(prefix)
+        and len(address) > len(prefix)
+        and address[len(prefix)] in SEPARATORS
     )
 
 
@@ -53,7 +55,11 @@ def best_match(entries: Sequence[M], address: str) -> M | None:
         if entry.prefix is not None:
             if prefix_matches(entry.prefix, address) and len(entry.prefix) > best_length:
                 best, best_length = entry, len(entry.prefix)
-        elif entry.pattern is not None and best is None and _pattern_regex(entry.pattern).match(address):
+        elif (
+            entry.pattern is not None
+            and best is None
+            and _pattern_regex(entry.pattern).match(address)
+        ):
             best = entry
     return best
 

@@ -11,12 +11,12 @@ pass through both ways.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from proton import Condition, Endpoint, Link
+from proton import Condition, Endpoint, Link, Receiver, Sender
 
 from enmesh.router.addressing import best_match
-from enmesh.router.forwarding import Held, InLink, OutLink
+from enmesh.router.forwarding import Held, InLink, OutLink, set_address
 
 if TYPE_CHECKING:
     from enmesh.router.engine import ProtonSocket
@@ -30,7 +30,7 @@ class PairedInLink(InLink):
     """The receiving half of a link route: credit follows what the sending half can take."""
 
     def __init__(self, link: Link, out: OutLink, capacity: int) -> None:
-        super().__init__(link, "", capacity, self._forward)
+        super().__init__(cast(Receiver, link), "", capacity, self._forward)
         self.out = out
         self.routable = True
 
@@ -70,6 +70,7 @@ class BrokerLinks:
                 self.router.add_destination(OutLink(sender, key, capacity))
             else:
                 receiver = session.receiver(f"autolink/{auto.address}/in")
+                receiver.snd_settle_mode = Link.SND_UNSETTLED  # the broker keeps ownership
                 receiver.source.address = auto.external_address
                 receiver.target.address = auto.address
                 receiver.open()
@@ -105,16 +106,19 @@ class BrokerLinks:
         session = broker.connection.session()
         session.open()
         name = f"route/{info.identity}/{link.name}"
+        peer: Link
         if direction == "in":  # the client receives from the broker
             peer = session.receiver(name)
             peer.source.address = external
             peer.source.durability = link.remote_source.durability
             peer.source.expiry_policy = link.remote_source.expiry_policy
-            peer.target.address = link.remote_target.address
+            set_address(peer.target, link.remote_target.address)
+            # Ask the broker for unsettled deliveries: the client's outcome settles them.
+            peer.snd_settle_mode = Link.SND_UNSETTLED
         else:
             peer = session.sender(name)
             peer.target.address = external
-            peer.source.address = link.remote_source.address
+            set_address(peer.source, link.remote_source.address)
         peer.enmesh_client = link
         peer.enmesh_client_socket = conn
         link.enmesh_peer = peer
@@ -132,18 +136,18 @@ class BrokerLinks:
             return  # refused: a detach follows
         if link.is_sender and link.remote_target.address is None:
             return
-        client.source.address = client.remote_source.address
-        client.target.address = client.remote_target.address
+        set_address(client.source, client.remote_source.address)
+        set_address(client.target, client.remote_target.address)
         client.open()
         capacity: int = getattr(client, "enmesh_capacity", 250)
         if link.is_receiver:  # broker -> client
-            out = OutLink(client, "", capacity)
+            out = OutLink(cast(Sender, client), "", capacity)
             paired = PairedInLink(link, out, capacity)
             paired.modified_as_released = True
             client.enmesh_partner_in = paired
             paired.refresh()
         else:  # client -> broker
-            out = OutLink(link, "", capacity)
+            out = OutLink(cast(Sender, link), "", capacity)
             link.enmesh_partner_in = PairedInLink(client, out, capacity)
             link.enmesh_partner_in.refresh()
 

@@ -8,6 +8,7 @@ the loop.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import heapq
 import itertools
@@ -79,10 +80,8 @@ class Loop:
             self.selector.modify(sock, events, handler)
 
     def unregister(self, sock: socket.socket) -> None:
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(sock)
-        except (KeyError, ValueError):
-            pass
 
     def stop(self) -> None:
         """Safe from a signal handler: the wakeup socket ends the current wait."""
@@ -155,6 +154,7 @@ class ProtonSocket:
         sock: socket.socket,
         transport: Transport,
         handler: EngineHandler,
+        *,
         peer: str,
         connecting: bool = False,
         connection: Connection | None = None,
@@ -231,7 +231,7 @@ class ProtonSocket:
             if pending == 0:
                 return
             try:
-                sent = self.sock.send(self.transport.peek(pending))
+                sent = self.sock.send(self.transport.peek(pending) or b"")
             except BlockingIOError:
                 return
             except OSError as exc:
@@ -319,10 +319,8 @@ class ProtonSocket:
         if self._tick is not None:
             self._tick.cancel()
         self.loop.unregister(self.sock)
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
         # Let the handler see the remaining events (link closures) before the end.
         self.transport.unbind()
         self.handler.on_closed(self)

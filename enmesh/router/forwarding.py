@@ -12,13 +12,14 @@ Message bytes are never decoded or re-encoded here.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from proton import Delivery, Disposition, Receiver, Sender
+from proton import Delivery, Disposition, Receiver, Sender, Terminus
 
 RELEASED = Disposition.RELEASED
 ACCEPTED = Disposition.ACCEPTED
@@ -61,11 +62,13 @@ def _copy_outcome(source: Delivery, target: Delivery) -> None:
     state = source.remote_state
     remote, local = source.remote, target.local
     if state == Disposition.REJECTED:
-        local.condition = remote.condition
+        if remote.condition is not None:
+            local.condition = remote.condition
     elif state == Disposition.MODIFIED:
         local.failed = remote.failed
         local.undeliverable = remote.undeliverable
-        local.annotations = remote.annotations
+        if remote.annotations is not None:
+            local.annotations = cast(dict[str, Any], remote.annotations)
     elif state == Disposition.RECEIVED:
         local.section_number = remote.section_number
         local.section_offset = remote.section_offset
@@ -93,6 +96,8 @@ class OutLink:
         self.modified = 0
         self.dropped = 0
         self.closed = False
+        self.hop: str | None = None  # transit links: the neighbour they leave through
+        self.retiring = False  # transit links no longer used, closed once settled
         link.enmesh_out = self
 
     @property
@@ -164,10 +169,8 @@ class OutLink:
         self.closed = True
         for delivery, held in self.unsettled.values():
             held.settle_origin(RELEASED)
-            try:
+            with contextlib.suppress(Exception):  # the engine may already have freed it
                 delivery.settle()
-            except Exception:  # the engine may already have freed it
-                pass
         self.unsettled.clear()
         unsent = [h for h in self.waiting if not h.presettled or h.origin is not None]
         self.waiting.clear()
@@ -224,8 +227,8 @@ class InLink:
             self.held.append(held)
         self.refresh()
 
-    def retry(self) -> bool:
-        """Route held messages in order; returns whether any moved."""
+    def retry(self) -> None:
+        """Route held messages in order, as far as destinations take them."""
         moved = False
         while self.held and not self.closed:
             if not self.route(self.held[0]):
@@ -234,7 +237,6 @@ class InLink:
             moved = True
         if moved:
             self.refresh()
-        return moved
 
     def set_routable(self, routable: bool) -> None:
         self.routable = routable
@@ -283,3 +285,8 @@ def choose_balanced(candidates: list[OutLink]) -> OutLink | None:
         if out.free > 0 and not out.closed and (best is None or out.outstanding < best.outstanding):
             best = out
     return best
+
+
+def set_address(terminus: Terminus, address: str | None) -> None:
+    """Set a terminus address; None is valid AMQP (no address) though proton's stub omits it."""
+    terminus.address = address  # type: ignore[assignment]

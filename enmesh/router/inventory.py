@@ -64,8 +64,10 @@ def links_of(router: Router) -> Iterator[tuple[int, Any, Any]]:
     for identity, conn in sorted(router.connections.items()):
         link = conn.connection.link_head(0)
         while link is not None:
-            yield identity, link, getattr(link, "enmesh_out", None) or getattr(
-                link, "enmesh_in", None
+            yield (
+                identity,
+                link,
+                getattr(link, "enmesh_out", None) or getattr(link, "enmesh_in", None),
             )
             link = link.next(0)
 

@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             if listener.http and listener.metrics:
                 MetricsServer(loop, router, listener.host, listener.port)
     except OSError as exc:
-        print(f"enmesh-router: cannot listen: {exc.strerror} ({exc.filename or ''})".rstrip(),
-              file=sys.stderr)
+        print(
+            f"enmesh-router: cannot listen: {exc.strerror} ({exc.filename or ''})".rstrip(),
+            file=sys.stderr,
+        )
         return 1
 
     def stop(signum: int, _frame: object) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from proton import Delivery, Link, Message
 
 from enmesh.router import inventory
-from enmesh.router.forwarding import Held
+from enmesh.router.forwarding import Held, set_address
 
 if TYPE_CHECKING:
     from enmesh.router.engine import ProtonSocket
@@ -28,8 +28,8 @@ class Management:
         self.router = router
 
     def attach_request_link(self, conn: ProtonSocket, info: ConnectionInfo, link: Link) -> None:
-        link.target.address = link.remote_target.address
-        link.source.address = link.remote_source.address
+        set_address(link.target, link.remote_target.address)
+        set_address(link.source, link.remote_source.address)
         link.enmesh_management = True
         link.open()
         link.flow(CREDIT)
@@ -68,7 +68,7 @@ class Management:
             self._send(info.internal(request.reply_to), reply)
 
     def handle(self, request: Message) -> tuple[int, str, Any]:
-        properties = request.properties or {}
+        properties: dict[str, Any] = dict(request.properties or {})
         operation = properties.get("operation")
         entity_type = properties.get("type") or properties.get("entityType")
         if operation not in ("QUERY", "READ"):
@@ -86,10 +86,14 @@ class Management:
         names = list(body.get("attributeNames") or [])
         if not names:
             names = sorted({key for entity in found for key in entity})
-        return 200, "OK", {
-            "attributeNames": names,
-            "results": [[entity.get(name) for name in names] for entity in found],
-        }
+        return (
+            200,
+            "OK",
+            {
+                "attributeNames": names,
+                "results": [[entity.get(name) for name in names] for entity in found],
+            },
+        )
 
     def _send(self, internal_address: str, reply: Message) -> None:
         state = self.router.addresses.get(internal_address)

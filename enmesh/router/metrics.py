@@ -30,27 +30,46 @@ def exposition(router: Router) -> str:
 
     rid = f'router="{router.id}"'
     entity = inventory.router_entity(router)
-    metric("enmesh_router_uptime_seconds", "gauge", "Seconds since the router started.",
-           [(f"{{{rid}}}", entity["uptimeSeconds"])])
-    metric("enmesh_router_reachable_routers", "gauge", "Other routers reachable in the mesh.",
-           [(f"{{{rid}}}", len(router.mesh.reachable()))])
+    metric(
+        "enmesh_router_uptime_seconds",
+        "gauge",
+        "Seconds since the router started.",
+        [(f"{{{rid}}}", entity["uptimeSeconds"])],
+    )
+    metric(
+        "enmesh_router_reachable_routers",
+        "gauge",
+        "Other routers reachable in the mesh.",
+        [(f"{{{rid}}}", len(router.mesh.reachable()))],
+    )
     roles: dict[str, int] = {}
     for conn in inventory.connection_entities(router):
         roles[conn["role"]] = roles.get(conn["role"], 0) + 1
-    metric("enmesh_router_connections", "gauge", "Open connections by role.",
-           [(f'{{{rid},role="{role}"}}', count) for role, count in sorted(roles.items())])
+    metric(
+        "enmesh_router_connections",
+        "gauge",
+        "Open connections by role.",
+        [(f'{{{rid},role="{role}"}}', count) for role, count in sorted(roles.items())],
+    )
     addresses = list(inventory.address_entities(router))
     for field, name, help_text in (
         ("deliveriesIngress", "enmesh_address_deliveries_ingress_total", "Messages received."),
         ("deliveriesEgress", "enmesh_address_deliveries_egress_total", "Messages sent."),
         ("subscriberCount", "enmesh_address_local_consumers", "Local consumers."),
-        ("droppedPresettledDeliveries", "enmesh_address_dropped_presettled_total",
-         "Presettled copies dropped because a consumer fell too far behind."),
+        (
+            "droppedPresettledDeliveries",
+            "enmesh_address_dropped_presettled_total",
+            "Presettled copies dropped because a consumer fell too far behind.",
+        ),
         ("undeliveredCount", "enmesh_address_undelivered", "Messages waiting for credit."),
     ):
         kind = "counter" if name.endswith("_total") else "gauge"
-        metric(name, kind, help_text,
-               [(f'{{{rid},address="{a["name"]}"}}', a[field]) for a in addresses])
+        metric(
+            name,
+            kind,
+            help_text,
+            [(f'{{{rid},address="{a["name"]}"}}', a[field]) for a in addresses],
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -109,4 +128,8 @@ class _Exchange:
 
 class MetricsServer:
     def __init__(self, loop: Loop, router: Router, host: str, port: int) -> None:
-        self.acceptor = Acceptor(loop, host, port, lambda sock, _peer: _Exchange(loop, router, sock))
+        self.loop, self.router = loop, router
+        self.acceptor = Acceptor(loop, host, port, self._accept)
+
+    def _accept(self, sock: socket.socket, _peer: str) -> None:
+        _Exchange(self.loop, self.router, sock)

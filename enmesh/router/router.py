@@ -12,17 +12,30 @@ Connection roles (from the listener or connector that made the connection):
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from proton import Condition, Connection, Endpoint, Event, Link, Message, Receiver, Sender
+from proton import (
+    Condition,
+    Connection,
+    Delivery,
+    Endpoint,
+    Event,
+    Link,
+    Message,
+    Receiver,
+    Sender,
+    Session,
+)
 
 from enmesh.router import security
 from enmesh.router.addressing import DEFAULT_SEMANTICS, AddressSemantics, best_match
+from enmesh.router.brokerlinks import BrokerLinks
 from enmesh.router.config import Connector, Listener, RouterConfig, resolve_password
 from enmesh.router.engine import Acceptor, Loop, ProtonSocket, connect_nonblocking
 from enmesh.router.forwarding import (
@@ -33,8 +46,8 @@ from enmesh.router.forwarding import (
     InLink,
     OutLink,
     choose_balanced,
+    set_address,
 )
-from enmesh.router.brokerlinks import BrokerLinks
 from enmesh.router.mesh import Mesh, RouterAdvertisement
 from enmesh.router.policy import Vhost, VhostGroup
 
@@ -118,7 +131,9 @@ class Router:
         """
         for _ in range(8):
             busy = [
-                c for c in self.connections.values() if not c.closed and c.collector.peek() is not None
+                c
+                for c in self.connections.values()
+                if not c.closed and c.collector.peek() is not None
             ]
             if not busy:
                 return
@@ -131,10 +146,7 @@ class Router:
             if listener.http:
                 continue  # served by enmesh.router.metrics
             acceptor = Acceptor(
-                self.loop,
-                listener.host,
-                listener.port,
-                lambda sock, peer, listener=listener: self._accept(listener, sock, peer),
+                self.loop, listener.host, listener.port, functools.partial(self._accept, listener)
             )
             self.acceptors.append(acceptor)
             log.info("listening on %s:%s (%s)", listener.host, listener.port, listener.name)
@@ -178,7 +190,7 @@ class Router:
             multi_tenant=listener.multi_tenant,
             link_capacity=listener.link_capacity,
         )
-        self._adopt(ProtonSocket(self.loop, sock, transport, self, peer), info)
+        self._adopt(ProtonSocket(self.loop, sock, transport, self, peer=peer), info)
 
     def _adopt(self, conn: ProtonSocket, info: ConnectionInfo) -> None:
         info.identity = next(self._connection_ids)
@@ -211,7 +223,7 @@ class Router:
             sock,
             transport,
             self,
-            f"{connector.host}:{connector.port}",
+            peer=f"{connector.host}:{connector.port}",
             connecting=True,
             connection=connection,
         )
@@ -241,13 +253,13 @@ class Router:
 
     def _on_connection_remote_open(self, conn: ProtonSocket, event: Event) -> None:
         info: ConnectionInfo = conn.context["info"]
-        connection = event.connection
+        connection = _connection(event)
         if info.role == NORMAL and not info.outgoing and not self._admit_client(conn, info):
             return
         if connection.state & LOCAL_UNINIT:
             connection.open()
         if info.role == INTER_ROUTER:
-            self._neighbour_up(conn, info, connection.remote_container)
+            self._neighbour_up(conn, info, connection.remote_container or "")
         elif info.role == ROUTE_CONTAINER:
             state = self.connectors.get(info.name)
             if state is not None:
@@ -282,15 +294,15 @@ class Router:
         return True
 
     def _on_session_remote_open(self, conn: ProtonSocket, event: Event) -> None:
-        if event.connection.state & Endpoint.LOCAL_CLOSED:
+        if _connection(event).state & Endpoint.LOCAL_CLOSED:
             return  # refused connection: its queued begins and attaches get no answer
-        if event.session.state & LOCAL_UNINIT:
-            event.session.open()
+        if _session(event).state & LOCAL_UNINIT:
+            _session(event).open()
 
     def _on_link_remote_open(self, conn: ProtonSocket, event: Event) -> None:
-        link = event.link
+        link = _link(event)
         info: ConnectionInfo = conn.context["info"]
-        if event.connection.state & Endpoint.LOCAL_CLOSED:
+        if _connection(event).state & Endpoint.LOCAL_CLOSED:
             return
         if not link.state & LOCAL_UNINIT:
             self.link_routes.on_remote_open(link)  # our own attach, confirmed
@@ -303,7 +315,7 @@ class Router:
             _refuse(link, "amqp:not-allowed", "brokers may not attach links to the router")
 
     def _on_link_flow(self, conn: ProtonSocket, event: Event) -> None:
-        link = event.link
+        link = _link(event)
         out: OutLink | None = getattr(link, "enmesh_out", None)
         if out is not None:
             out.pump()
@@ -315,7 +327,7 @@ class Router:
             self.link_routes.on_flow(link)
 
     def _on_delivery(self, conn: ProtonSocket, event: Event) -> None:
-        delivery = event.delivery
+        delivery = _delivery(event)
         link = delivery.link
         if link.is_receiver:
             inbound: InLink | None = getattr(link, "enmesh_in", None)
@@ -333,7 +345,7 @@ class Router:
             self._retry_key(out.key)
 
     def _on_link_remote_close(self, conn: ProtonSocket, event: Event) -> None:
-        link = event.link
+        link = _link(event)
         self.forget_link(link)
         self.link_routes.on_remote_close(link)
         if link.state & Endpoint.LOCAL_ACTIVE:
@@ -342,15 +354,15 @@ class Router:
     _on_link_remote_detach = _on_link_remote_close
 
     def _on_session_remote_close(self, conn: ProtonSocket, event: Event) -> None:
-        if event.session.state & Endpoint.LOCAL_ACTIVE:
-            event.session.close()
+        if _session(event).state & Endpoint.LOCAL_ACTIVE:
+            _session(event).close()
 
     def _on_connection_remote_close(self, conn: ProtonSocket, event: Event) -> None:
-        if event.connection.state & Endpoint.LOCAL_ACTIVE:
-            event.connection.close()
+        if _connection(event).state & Endpoint.LOCAL_ACTIVE:
+            _connection(event).close()
 
     def _on_transport_error(self, conn: ProtonSocket, event: Event) -> None:
-        condition = event.transport.condition
+        condition = conn.transport.condition
         info: ConnectionInfo = conn.context["info"]
         log.info(
             "connection %s (%s %s): %s",
@@ -443,11 +455,13 @@ class Router:
         multicast = semantics.distribution == "multicast"
         if not link.source.address:
             link.source.address = address
-        link.target.address = link.remote_target.address
+        set_address(link.target, link.remote_target.address)
         if multicast:
             link.snd_settle_mode = Link.SND_SETTLED
         link.open()
-        self.add_destination(OutLink(link, key, info.link_capacity, presettle=multicast))
+        self.add_destination(
+            OutLink(cast(Sender, link), key, info.link_capacity, presettle=multicast)
+        )
 
     def add_destination(self, out: OutLink) -> None:
         state = self.addresses.get(out.key) or self._state(out.key, self.semantics_of_key(out.key))
@@ -460,9 +474,12 @@ class Router:
     def _add_producer(self, info: ConnectionInfo, link: Link, internal: str, address: str) -> None:
         semantics = self.semantics(internal)
         link.target.address = address
-        link.source.address = link.remote_source.address
+        set_address(link.source, link.remote_source.address)
         link.open()
-        self.add_source(InLink(link, semantics.key(internal, 0), info.link_capacity, self.route))
+        receiver = cast(Receiver, link)
+        self.add_source(
+            InLink(receiver, semantics.key(internal, 0), info.link_capacity, self.route)
+        )
 
     def add_source(self, inbound: InLink) -> None:
         state = self._state(inbound.key, self.semantics_of_key(inbound.key))
@@ -509,7 +526,9 @@ class Router:
         key, destination = inbound.key, inbound.destination_router
         if destination is not None and destination != self.id:
             ra = self.mesh.advertisements.get(destination)
-            return destination in self.mesh.routes.next_hop and ra is not None and key in ra.addresses
+            return (
+                destination in self.mesh.routes.next_hop and ra is not None and key in ra.addresses
+            )
         state = self.addresses.get(key)
         local = bool(state and state.consumers)
         if destination == self.id:
@@ -595,9 +614,13 @@ class Router:
         if semantics.distribution == "multicast":
             sender.snd_settle_mode = Link.SND_SETTLED
         sender.open()
-        out = OutLink(sender, key, conn.context["info"].link_capacity,
-                      presettle=semantics.distribution == "multicast")
-        out.transit_hop = hop
+        out = OutLink(
+            sender,
+            key,
+            conn.context["info"].link_capacity,
+            presettle=semantics.distribution == "multicast",
+        )
+        out.hop = hop
         self.transit[(key, destination)] = out
         return out
 
@@ -616,7 +639,7 @@ class Router:
         for (key, destination), out in list(self.transit.items()):
             hop = self.mesh.routes.next_hop.get(destination)
             ra = self.mesh.advertisements.get(destination)
-            if hop != getattr(out, "transit_hop", None):
+            if hop != out.hop:
                 # The path is gone: what was in flight on it can no longer settle.
                 del self.transit[(key, destination)]
                 self._requeue(out.lost())
@@ -640,7 +663,7 @@ class Router:
 
     @staticmethod
     def _close_if_idle(out: OutLink) -> None:
-        if getattr(out, "retiring", False) and not out.unsettled and not out.closed:
+        if out.retiring and not out.unsettled and not out.closed:
             out.closed = True
             out.link.close()
 
@@ -652,7 +675,7 @@ class Router:
             return
         target = link.remote_target.address or ""
         link.target.address = target
-        link.source.address = link.remote_source.address
+        set_address(link.source, link.remote_source.address)
         if target == CONTROL_ADDRESS:
             link.enmesh_control = True
             link.open()
@@ -683,7 +706,7 @@ class Router:
         control.enmesh_control_sender = True
         control.open()
         conn.context["control"] = control
-        conn.context["outbox"] = [ra for ra in self.mesh.advertisements.values()]
+        conn.context["outbox"] = list(self.mesh.advertisements.values())
         self._neighbours_changed()
 
     def _neighbours_changed(self) -> None:
@@ -719,7 +742,7 @@ class Router:
             return
         while outbox and control.credit > 0:
             ra = outbox.pop(0)
-            delivery = control.delivery(str(ra.sequence).encode())
+            delivery = control.delivery(str(ra.sequence))
             control.send(Message(body=ra.to_body()).encode())
             control.advance()
             delivery.settle()
@@ -743,6 +766,30 @@ class Router:
             info: ConnectionInfo = conn.context["info"]
             self._flood(ra, exclude=info.neighbour)
             self._refresh_all()
+
+
+def _connection(event: Event) -> Connection:
+    connection = event.connection
+    assert connection is not None  # proton sets it for every connection-level event
+    return connection
+
+
+def _session(event: Event) -> Session:
+    session = event.session
+    assert session is not None
+    return session
+
+
+def _link(event: Event) -> Link:
+    link = event.link
+    assert link is not None
+    return link
+
+
+def _delivery(event: Event) -> Delivery:
+    delivery = event.delivery
+    assert delivery is not None
+    return delivery
 
 
 def _text(path: object) -> str | None:

@@ -39,5 +39,6 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
 def account(mesh: Mesh, router: int, identity: str, tls: bool = False) -> Account:
     vhost = identity.split("@", 1)[1]
     mechanisms = "PLAIN" if tls else "SCRAM-SHA-256"
-    return Account(mesh.url(router, tls), identity, mesh.passwords[identity], vhost, mesh.ca,
-                   mechanisms)
+    return Account(
+        mesh.url(router, tls), identity, mesh.passwords[identity], vhost, mesh.ca, mechanisms
+    )

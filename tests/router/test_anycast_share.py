@@ -33,7 +33,9 @@ class ShareAnycast(Scenario):
     def on_start(self, event: Any) -> None:
         for i in range(3):
             name = f"consumer-{i}"
-            event.container.create_receiver(self.open(backend(self.mesh, i)), "telemetry", name=name)
+            event.container.create_receiver(
+                self.open(backend(self.mesh, i)), "telemetry", name=name
+            )
             self.consumers[name] = i
 
     def on_link_opened(self, event: Any) -> None:

@@ -146,7 +146,8 @@ class OutcomesEndToEnd(Scenario):
         self.seen[delivery.outcome] = {
             "state": delivery.remote_state,
             "condition": (remote.condition.name, remote.condition.description)
-            if remote.condition else None,
+            if remote.condition
+            else None,
             "failed": remote.failed,
             "undeliverable": remote.undeliverable,
             "annotations": remote.annotations,

@@ -149,8 +149,10 @@ def test_plain_over_tls_with_verified_server_certificate(full_mesh: Mesh) -> Non
 
 
 def test_tls_listener_refuses_plain_amqp(full_mesh: Mesh) -> None:
-    plain = replace(account(full_mesh, 0, "device@iot"), url=full_mesh.url(0, tls=True).replace(
-        "amqps://", "amqp://"))
+    plain = replace(
+        account(full_mesh, 0, "device@iot"),
+        url=full_mesh.url(0, tls=True).replace("amqps://", "amqp://"),
+    )
     scenario = run(Login(plain), timeout=15)
     assert not scenario.opened
 
@@ -158,8 +160,9 @@ def test_tls_listener_refuses_plain_amqp(full_mesh: Mesh) -> None:
 def test_server_certificate_chains_to_the_stack_ca(full_mesh: Mesh) -> None:
     context = ssl.create_default_context(cafile=str(full_mesh.ca))
     port = full_mesh.routers[0].amqps_port
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, context.wrap_socket(
-        raw, server_hostname="localhost"
-    ) as tls:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
         assert tls.getpeercert() is not None

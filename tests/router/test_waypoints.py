@@ -46,8 +46,15 @@ def _broker_attached(metrics: str) -> bool:
 
 
 class SendAll(Scenario):
-    def __init__(self, mesh: Mesh, router: int, identity: str, address: str,
-                 bodies: list[Any], **message: Any) -> None:
+    def __init__(
+        self,
+        mesh: Mesh,
+        router: int,
+        identity: str,
+        address: str,
+        bodies: list[Any],
+        **message: Any,
+    ) -> None:
         super().__init__()
         self.mesh, self.router, self.identity, self.address = mesh, router, identity, address
         self.bodies, self.message = bodies, message
@@ -80,8 +87,16 @@ class SendAll(Scenario):
 class Receive(Scenario):
     """Receive `count` messages; optionally release each one instead of accepting."""
 
-    def __init__(self, mesh: Mesh, router: int, identity: str, address: str, count: int,
-                 release: bool = False) -> None:
+    def __init__(
+        self,
+        mesh: Mesh,
+        router: int,
+        identity: str,
+        address: str,
+        count: int,
+        *,
+        release: bool = False,
+    ) -> None:
         super().__init__(auto_accept=False)
         self.mesh, self.router, self.identity, self.address = mesh, router, identity, address
         self.count, self.release_each = count, release

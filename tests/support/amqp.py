@@ -46,7 +46,7 @@ class Account:
         return container.connect(**options, **extra)
 
 
-class ScenarioTimeout(AssertionError):
+class ScenarioTimeoutError(AssertionError):
     pass
 
 
@@ -105,7 +105,7 @@ def run(scenario: Scenario, timeout: float = 30) -> Scenario:
     scenario.timeout_task = container.schedule(timeout, timer)
     container.run()
     if timer.fired:
-        raise ScenarioTimeout(
+        raise ScenarioTimeoutError(
             f"{type(scenario).__name__} did not finish within {timeout}s "
             f"(errors: {scenario.errors}); state: {vars(scenario).get('state', '')}"
         )

@@ -92,7 +92,7 @@ class RouterProcess:
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(url, timeout=2) as response:
             return response.read().decode()
 
     def reachable_routers(self) -> int:
@@ -143,6 +143,7 @@ class Mesh:
 
 def _write_stack(
     directory: Path,
+    *,
     routers: int,
     topology: str,
     models: list[Path],
@@ -191,6 +192,7 @@ def _write_secret(secrets_dir: Path, name: str, key: str, value: str) -> None:
 
 def build_mesh(
     directory: Path,
+    *,
     routers: int = 3,
     topology: str = "full-mesh",
     models: list[Path] | None = None,
@@ -201,7 +203,12 @@ def build_mesh(
     directory.mkdir(parents=True, exist_ok=True)
     broker_port = broker_port or free_port_block(1)  # nothing listens: brokers optional
     stack_file = _write_stack(
-        directory, routers, topology, models or [SAMPLE_MODEL], broker_port, link_capacity
+        directory,
+        routers=routers,
+        topology=topology,
+        models=models or [SAMPLE_MODEL],
+        broker_port=broker_port,
+        link_capacity=link_capacity,
     )
     stack, model_files = load_stack(stack_file)
     artefacts = compile_model(stack, load_model(model_files))

@@ -247,7 +247,8 @@ def test_content_hash_changes_with_the_model(tmp_path: Path) -> None:
 
 def test_broker_config_is_tls_only_with_the_routers_vhost(local: dict[str, str]) -> None:
     conf = dict(
-        line.split(" = ", 1) for line in local["brokers/broker-0.rabbitmq.conf"].splitlines()
+        line.split(" = ", 1)
+        for line in local["brokers/broker-0.rabbitmq.conf"].splitlines()
         if not line.startswith("#")
     )
     assert conf["listeners.tcp"] == "none"
