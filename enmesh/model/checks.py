@@ -7,7 +7,7 @@ their fields, and reports problems at the field that holds the bad reference.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -56,6 +56,17 @@ def _first_by_name(items: list[Located[D]]) -> dict[str, Located[D]]:
     return found
 
 
+def _unknown(kind: str, name: str, known: Iterable[str]) -> str:
+    return (
+        f"unknown {kind} {name!r}; expected one of: {', '.join(sorted(known)) or '(none defined)'}"
+    )
+
+
+def _wrong_type(space: str, name: str, wanted: AddressType, found: Located[Address] | None) -> str:
+    actual = "does not exist" if found is None else f"is a {found.doc.spec.type}"
+    return f"expected a {wanted} address in space {space!r}; {name!r} {actual}"
+
+
 def _where(item: Located[D], *path: str | int) -> str:
     return f"{item.source.file}:{item.source.line_of(path)}"
 
@@ -86,10 +97,7 @@ def plan_references(docs: Documents) -> Iterator[Problem]:
                     "spec",
                     "addressPlans",
                     i,
-                    message=(
-                        f"unknown AddressPlan {name!r}; expected one of: "
-                        f"{', '.join(sorted(address_plans)) or '(none defined)'}"
-                    ),
+                    message=_unknown("AddressPlan", name, address_plans),
                 )
     for space in docs.spaces:
         plan_name = space.doc.spec.plan
@@ -98,10 +106,7 @@ def plan_references(docs: Documents) -> Iterator[Problem]:
             yield space.problem(
                 "spec",
                 "plan",
-                message=(
-                    f"unknown AddressSpacePlan {plan_name!r}; expected one of: "
-                    f"{', '.join(sorted(space_plans)) or '(none defined)'}"
-                ),
+                message=_unknown("AddressSpacePlan", plan_name, space_plans),
             )
         elif found.doc.spec.addressSpaceType != space.doc.spec.type:
             yield space.problem(
@@ -125,10 +130,7 @@ def address_references(docs: Documents) -> Iterator[Problem]:
             yield item.problem(
                 "spec",
                 "addressSpace",
-                message=(
-                    f"unknown AddressSpace {spec.addressSpace!r}; expected one of: "
-                    f"{', '.join(sorted(spaces)) or '(none defined)'}"
-                ),
+                message=_unknown("AddressSpace", spec.addressSpace, spaces),
             )
             continue
         for setting in spec.misplaced_settings():
@@ -149,10 +151,7 @@ def address_references(docs: Documents) -> Iterator[Problem]:
             yield item.problem(
                 "spec",
                 "plan",
-                message=(
-                    f"unknown AddressPlan {spec.plan!r}; expected one of: "
-                    f"{', '.join(sorted(address_plans)) or '(none defined)'}"
-                ),
+                message=_unknown("AddressPlan", spec.plan, address_plans),
             )
             continue
         if plan.doc.spec.addressType != spec.type:
@@ -197,27 +196,15 @@ def addresses_within_spaces(docs: Documents) -> Iterator[Problem]:
         if spec.topic is not None:
             topic = by_space.get((spec.addressSpace, spec.topic))
             if topic is None or topic.doc.spec.type is not AddressType.TOPIC:
-                actual = "does not exist" if topic is None else f"is a {topic.doc.spec.type}"
-                yield item.problem(
-                    "spec",
-                    "topic",
-                    message=(
-                        f"expected a topic address in space {spec.addressSpace!r}; "
-                        f"{spec.topic!r} {actual}"
-                    ),
-                )
+                message = _wrong_type(spec.addressSpace, spec.topic, AddressType.TOPIC, topic)
+                yield item.problem("spec", "topic", message=message)
         if spec.deadLetterAddress is not None:
             target = by_space.get((spec.addressSpace, spec.deadLetterAddress))
             if target is None or target.doc.spec.type is not AddressType.DEADLETTER:
-                actual = "does not exist" if target is None else f"is a {target.doc.spec.type}"
-                yield item.problem(
-                    "spec",
-                    "deadLetterAddress",
-                    message=(
-                        f"expected a deadletter address in space {spec.addressSpace!r}; "
-                        f"{spec.deadLetterAddress!r} {actual}"
-                    ),
+                message = _wrong_type(
+                    spec.addressSpace, spec.deadLetterAddress, AddressType.DEADLETTER, target
                 )
+                yield item.problem("spec", "deadLetterAddress", message=message)
 
 
 def plan_limits(docs: Documents) -> Iterator[Problem]:
@@ -267,10 +254,7 @@ def user_references(docs: Documents) -> Iterator[Problem]:
             yield item.problem(
                 "spec",
                 "addressSpace",
-                message=(
-                    f"unknown AddressSpace {spec.addressSpace!r}; expected one of: "
-                    f"{', '.join(sorted(spaces)) or '(none defined)'}"
-                ),
+                message=_unknown("AddressSpace", spec.addressSpace, spaces),
             )
         key = (spec.addressSpace, spec.username)
         earlier = seen.setdefault(key, item)

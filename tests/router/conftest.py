@@ -3,37 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from tests.support.amqp import Account
+from tests.support.amqp import Account, Scenario
 from tests.support.mesh import Mesh, build_mesh
 
 
-def started(mesh: Mesh) -> Mesh:
-    mesh.start()
-    mesh.wait_converged()
-    return mesh
+def running_mesh(factory: pytest.TempPathFactory, topology: str) -> Iterator[Mesh]:
+    """Three routers in `topology`, started and converged; stopped afterwards."""
+    mesh = build_mesh(factory.mktemp(topology), routers=3, topology=topology)
+    try:
+        mesh.start()
+        mesh.wait_converged()
+        yield mesh
+    finally:
+        mesh.stop()
 
 
 @pytest.fixture(scope="session")
 def full_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """3 routers, each connected to the other two."""
-    mesh = build_mesh(tmp_path_factory.mktemp("full-mesh"), routers=3, topology="full-mesh")
-    try:
-        yield started(mesh)
-    finally:
-        mesh.stop()
+    yield from running_mesh(tmp_path_factory, "full-mesh")
 
 
 @pytest.fixture(scope="session")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """A - B - C: router 0 reaches router 2 only through router 1."""
-    mesh = build_mesh(tmp_path_factory.mktemp("chain"), routers=3, topology="chain")
-    try:
-        yield started(mesh)
-    finally:
-        mesh.stop()
+    yield from running_mesh(tmp_path_factory, "chain")
 
 
 def account(mesh: Mesh, router: int, identity: str, tls: bool = False) -> Account:
@@ -42,3 +40,23 @@ def account(mesh: Mesh, router: int, identity: str, tls: bool = False) -> Accoun
     return Account(
         mesh.url(router, tls), identity, mesh.passwords[identity], vhost, mesh.ca, mechanisms
     )
+
+
+class ConsumerFirst(Scenario):
+    """Consumer `backend@iot` on router `consumer_at`; once its link is open, producer
+    `device@iot` attaches on router `producer_at`. Both use `telemetry`."""
+
+    consumer_at, producer_at = 2, 0
+
+    def __init__(self, mesh: Mesh, **handler_options: Any) -> None:
+        super().__init__(**handler_options)
+        self.mesh = mesh
+
+    def on_start(self, event: Any) -> None:
+        conn = self.open(account(self.mesh, self.consumer_at, "backend@iot"))
+        event.container.create_receiver(conn, "telemetry", name="consumer")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "consumer":
+            conn = self.open(account(self.mesh, self.producer_at, "device@iot"))
+            event.container.create_sender(conn, "telemetry", name="producer")

@@ -6,7 +6,7 @@ from typing import Any
 
 from proton import Condition, Delivery, Message
 
-from tests.router.conftest import account
+from tests.router.conftest import ConsumerFirst, account
 from tests.support.amqp import Scenario, run
 from tests.support.mesh import Mesh
 
@@ -99,23 +99,13 @@ def test_multicast_reaches_every_consumer_in_the_mesh(full_mesh: Mesh) -> None:
 OUTCOMES = ("accept", "reject", "release", "modify")
 
 
-class OutcomesEndToEnd(Scenario):
+class OutcomesEndToEnd(ConsumerFirst):
     """Consumer on router 2 of a chain settles each message its own way; producer on 0."""
 
     def __init__(self, mesh: Mesh) -> None:
-        super().__init__(auto_accept=False, auto_settle=True)
-        self.mesh = mesh
+        super().__init__(mesh, auto_accept=False, auto_settle=True)
         self.seen: dict[str, Any] = {}
         self.sent = False
-
-    def on_start(self, event: Any) -> None:
-        conn = self.open(account(self.mesh, 2, "backend@iot"))
-        event.container.create_receiver(conn, "telemetry", name="judge")
-
-    def on_link_opened(self, event: Any) -> None:
-        if event.link.name == "judge":
-            conn = self.open(account(self.mesh, 0, "device@iot"))
-            event.container.create_sender(conn, "telemetry", name="producer")
 
     def on_sendable(self, event: Any) -> None:
         if not self.sent and event.sender.credit >= len(OUTCOMES):

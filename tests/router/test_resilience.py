@@ -8,49 +8,33 @@ from typing import Any
 import pytest
 from proton import Message
 
-from tests.router.conftest import account, started
-from tests.support.amqp import Scenario, run
-from tests.support.mesh import Mesh, build_mesh
+from tests.router.conftest import ConsumerFirst, running_mesh
+from tests.support.amqp import run
+from tests.support.mesh import Mesh
 
 
 @pytest.fixture
 def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """A - B - C plus the extra A - C link."""
-    mesh = build_mesh(tmp_path_factory.mktemp("ring"), routers=3, topology="ring")
-    try:
-        yield started(mesh)
-    finally:
-        mesh.stop()
+    yield from running_mesh(tmp_path_factory, "ring")
 
 
 @pytest.fixture
 def fragile_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    mesh = build_mesh(tmp_path_factory.mktemp("fragile"), routers=3, topology="chain")
-    try:
-        yield started(mesh)
-    finally:
-        mesh.stop()
+    """A - B - C, killed and restarted by its test (so not the shared chain)."""
+    yield from running_mesh(tmp_path_factory, "chain")
 
 
-class KillUnderLoad(Scenario):
+class KillUnderLoad(ConsumerFirst):
     """Producer on A (0), consumer on C (2); B (1) is killed after `kill_after` accepted."""
 
     def __init__(self, mesh: Mesh, total: int, kill_after: int) -> None:
-        super().__init__(prefetch=50)
-        self.mesh, self.total, self.kill_after = mesh, total, kill_after
+        super().__init__(mesh, prefetch=50)
+        self.total, self.kill_after = total, kill_after
         self.accepted = self.released = self.sent = 0
         self.received_after_kill = 0
         self.killed = False
         self.state: dict[str, Any] = {}
-
-    def on_start(self, event: Any) -> None:
-        conn = self.open(account(self.mesh, 2, "backend@iot"))
-        event.container.create_receiver(conn, "telemetry", name="consumer")
-
-    def on_link_opened(self, event: Any) -> None:
-        if event.link.name == "consumer":
-            conn = self.open(account(self.mesh, 0, "device@iot"))
-            event.container.create_sender(conn, "telemetry", name="producer")
 
     def on_sendable(self, event: Any) -> None:
         while event.sender.credit and self.sent < self.total:
@@ -87,22 +71,12 @@ def test_ring_keeps_flowing_when_the_middle_router_dies(ring: Mesh) -> None:
     assert scenario.accepted >= 1500
 
 
-class CreditFollowsPath(Scenario):
+class CreditFollowsPath(ConsumerFirst):
     """Chain A - B - C: killing B takes A's producer credit; restarting B brings it back."""
 
     def __init__(self, mesh: Mesh) -> None:
-        super().__init__()
-        self.mesh = mesh
+        super().__init__(mesh)
         self.state: dict[str, Any] = {"phase": "waiting-for-credit", "flows": []}
-
-    def on_start(self, event: Any) -> None:
-        conn = self.open(account(self.mesh, 2, "backend@iot"))
-        event.container.create_receiver(conn, "telemetry", name="consumer")
-
-    def on_link_opened(self, event: Any) -> None:
-        if event.link.name == "consumer":
-            conn = self.open(account(self.mesh, 0, "device@iot"))
-            event.container.create_sender(conn, "telemetry", name="producer")
 
     def on_link_flow(self, event: Any) -> None:
         if event.link.name != "producer":
