@@ -107,20 +107,34 @@ class Loop:
     def run(self) -> None:
         self._running = True
         while self._running:
-            timeout = self._run_due_timers()
-            if self._after_io:
-                timeout = 0.0
-            for key, mask in self.selector.select(timeout):
-                handler: Readable = key.data
-                if mask & selectors.EVENT_READ:
-                    handler.on_readable()
-                if mask & selectors.EVENT_WRITE:
-                    handler.on_writable()
-            pending, self._after_io = self._after_io, []
-            for callback in pending:
-                callback()
-            if self.on_idle is not None:
-                self.on_idle()
+            self._iterate()
+
+    def run_until(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """Run until `condition()` holds or `timeout` seconds pass; returns the condition."""
+        deadline = self.now() + timeout
+        self._running = True
+        while self._running and not condition() and self.now() < deadline:
+            self._iterate(max_wait=min(0.1, max(deadline - self.now(), 0.0)))
+        return condition()
+
+    def _iterate(self, max_wait: float | None = None) -> None:
+        """One round: due timers, ready sockets, queued callbacks, then the idle hook."""
+        timeout = self._run_due_timers()
+        if self._after_io:
+            timeout = 0.0
+        if max_wait is not None:
+            timeout = max_wait if timeout is None else min(timeout, max_wait)
+        for key, mask in self.selector.select(timeout):
+            handler: Readable = key.data
+            if mask & selectors.EVENT_READ:
+                handler.on_readable()
+            if mask & selectors.EVENT_WRITE:
+                handler.on_writable()
+        pending, self._after_io = self._after_io, []
+        for callback in pending:
+            callback()
+        if self.on_idle is not None:
+            self.on_idle()
 
 
 class _Drain:

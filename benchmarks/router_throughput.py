@@ -1,0 +1,447 @@
+"""Router benchmark: throughput, latency, memory and connection scale, in one run.
+
+    .venv/bin/python benchmarks/router_throughput.py [--messages N] [--connections N]
+
+Paths measured with the same proton client (one process, sender and receiver in one
+Container; the routers and RabbitMQ are separate processes), 100-byte bodies:
+  (a) proton sender -> proton receiver, no router (the ceiling)
+  (b) through 1 router            (c) across 3 routers (chain, 2 inter-router hops)
+  (d) through RabbitMQ's AMQP 1.0 queue (TLS: the broker listens only on TLS)
+each unsettled (receiver accepts, sender waits for outcomes) and presettled; then p50/p99
+latency at half of (b)'s and (c)'s peak rate; then router memory per idle connection
+and per address, and whether 1,000 concurrent connections are held. Prints the figures
+and writes them to benchmarks/results/router_throughput.json. The router's own profile
+of run (b) is summarised at the end (ENMESH_ROUTER_PROFILE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import pstats
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from proton import Connection, Event, Message
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from enmesh.router.engine import Loop, ProtonSocket, connect_nonblocking  # noqa: E402
+from enmesh.router.security import SaslSettings, client_transport  # noqa: E402
+from tests.support.amqp import Account  # noqa: E402
+from tests.support.mesh import Mesh, build_mesh  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.rabbitmq import RabbitMQBroker, allocate_ports  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "router_throughput.json"
+BODY = b"x" * 100
+CREDIT = 500
+STAMP = 20  # bytes of the body that carry the send time
+ACCEPTED = 0x24
+
+
+class Flow(MessagingHandler):  # type: ignore[misc]
+    """Send `total` copies of one pre-encoded message and time them, decoding nothing.
+
+    The body's first 20 bytes hold the send time, and a body is the tail of an encoded
+    message: routers forward the bytes as they are and brokers only add sections in
+    front, so the receiver reads the time at a fixed offset from the end. The bench
+    measures the path, not the client's codec.
+    """
+
+    def __init__(
+        self,
+        sender: Account | str | None,
+        receiver: Account | str,
+        address: str,
+        total: int,
+        *,
+        presettled: bool,
+        rate: float | None = None,
+    ) -> None:
+        super().__init__(prefetch=0, auto_accept=False, auto_settle=False)
+        self.sender_at, self.receiver_at, self.address = sender, receiver, address
+        self.total, self.presettled, self.rate = total, presettled, rate
+        self.sent = self.received = self.settled = 0
+        self.started = self.finished = 0.0
+        self.latencies: list[float] = []
+        self.sender: Any = None
+        self.connections: list[Any] = []
+        encoded = Message(body=BODY).encode()
+        self.head = encoded[: -len(BODY)]
+        self.tail = BODY[STAMP:]
+
+    def _connect(self, container: Container, target: Account | str) -> Any:
+        conn = (
+            target.connect(container)
+            if isinstance(target, Account)
+            else container.connect(target, reconnect=False)
+        )
+        self.connections.append(conn)
+        return conn
+
+    def on_start(self, event: Any) -> None:
+        if self.sender_at is None:  # (a): this process is both ends of one connection
+            assert isinstance(self.receiver_at, str)
+            self.acceptor = event.container.listen(self.receiver_at.removeprefix("amqp://"))
+            self._attach_sender(event.container, self.receiver_at)
+        else:
+            conn = self._connect(event.container, self.receiver_at)
+            receiver = event.container.create_receiver(conn, self.address, name="bench-in")
+            receiver.flow(CREDIT)
+
+    def on_link_opening(self, event: Any) -> None:  # (a): the incoming half
+        link = event.link
+        if link.is_receiver:
+            link.target.address = link.remote_target.address
+            link.flow(CREDIT)
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "bench-in" and self.sender is None:
+            assert self.sender_at is not None
+            self._attach_sender(event.container, self.sender_at)
+
+    def _attach_sender(self, container: Container, target: Account | str) -> None:
+        conn = self._connect(container, target)
+        self.sender = container.create_sender(conn, self.address, name="bench-out")
+        if self.presettled:
+            self.sender.snd_settle_mode = 1  # SND_SETTLED
+        if self.rate:
+            container.schedule(0.01, self)
+
+    def on_timer_task(self, event: Any) -> None:  # paced sending for latency runs
+        self._send(int((self.rate or 0) * 0.01))
+        if self.sent < self.total and not self.finished:
+            event.container.schedule(0.01, self)
+
+    def on_link_flow(self, event: Any) -> None:
+        if event.link.is_sender and not self.rate:
+            self._send(self.total)
+
+    def _send(self, budget: int) -> None:
+        if self.sender is None:
+            return
+        if not self.started:
+            self.started = time.perf_counter()
+        sender = self.sender
+        while sender.credit and self.sent < self.total and budget > 0:
+            delivery = sender.delivery(str(self.sent))
+            sender.send(self.head + b"%020d" % time.perf_counter_ns() + self.tail)
+            sender.advance()
+            if self.presettled:
+                delivery.settle()
+            self.sent += 1
+            budget -= 1
+
+    def on_delivery(self, event: Any) -> None:
+        delivery = event.delivery
+        link = delivery.link
+        if link.is_receiver:
+            if delivery.partial:
+                return
+            data = link.recv(delivery.pending)
+            link.advance()
+            self.received += 1
+            stamp = int(data[-len(BODY) : -len(BODY) + STAMP])
+            self.latencies.append((time.perf_counter_ns() - stamp) / 1e6)
+            if not delivery.settled:
+                delivery.update(ACCEPTED)
+            delivery.settle()
+            if link.credit < CREDIT // 2:
+                link.flow(CREDIT - link.credit)
+            self._maybe_finish()
+        elif delivery.remote_state or delivery.settled:
+            delivery.settle()
+            self.settled += 1
+            self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        """Done when every message arrived and, unless presettled, its outcome came back."""
+        if self.received == self.total and (self.presettled or self.settled == self.total):
+            self._finish()
+
+    def _finish(self) -> None:
+        self.finished = time.perf_counter()
+        for conn in self.connections:
+            conn.close()
+        if getattr(self, "acceptor", None) is not None:
+            self.acceptor.close()
+
+    def figures(self) -> dict[str, float]:
+        elapsed = self.finished - self.started
+        lat = sorted(self.latencies)
+        return {
+            "messages": self.received,
+            "seconds": round(elapsed, 3),
+            "msgs_per_s": round(self.received / elapsed) if elapsed else 0,
+            "p50_ms": round(statistics.median(lat), 3) if lat else -1,
+            "p99_ms": round(lat[int(len(lat) * 0.99) - 1], 3) if lat else -1,
+        }
+
+
+def run_flow(flow: Flow, timeout: float = 120) -> dict[str, float]:
+    container = Container(flow)
+    deadline = time.monotonic() + timeout
+
+    class Watchdog:
+        def on_timer_task(self, event: Any) -> None:
+            if time.monotonic() > deadline:
+                event.container.stop()
+            elif not flow.finished:
+                event.container.schedule(1, self)
+
+    container.schedule(1, Watchdog())
+    container.run()
+    if not flow.finished:
+        raise RuntimeError(f"flow timed out after {flow.received}/{flow.total} messages")
+    return flow.figures()
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+class Opener:
+    """Opens many authenticated AMQP connections with the router's own epoll engine."""
+
+    def __init__(self, loop: Loop) -> None:
+        self.loop, self.opened, self.failed = loop, 0, 0
+
+    def on_event(self, source: ProtonSocket, event: Event) -> None:
+        if event.type == Event.CONNECTION_REMOTE_OPEN:
+            self.opened += 1
+        elif event.type == Event.TRANSPORT_ERROR:
+            self.failed += 1
+
+    def on_closed(self, source: ProtonSocket) -> None:
+        pass
+
+
+def hold_connections(mesh: Mesh, count: int) -> dict[str, Any]:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    router = mesh.routers[0]
+    assert router.process is not None
+    before = rss_kb(router.process.pid)
+    loop = Loop()
+    opener = Opener(loop)
+    sockets = []
+    started = time.perf_counter()
+    for _ in range(count):
+        transport = client_transport("127.0.0.1", ("SCRAM-SHA-256",), SaslSettings(None, "x"), None)
+        connection = Connection()
+        connection.user = "device@iot"
+        connection.password = mesh.passwords["device@iot"]
+        connection.hostname = "iot"
+        sock = connect_nonblocking("127.0.0.1", router.amqp_port)
+        proton_socket = ProtonSocket(
+            loop, sock, transport, opener, peer="router", connecting=True, connection=connection
+        )
+        connection.open()
+        sockets.append(proton_socket)
+    loop.run_until(lambda: opener.opened + opener.failed >= count, timeout=180)
+    seconds = time.perf_counter() - started
+    after = rss_kb(router.process.pid)
+    still_serving = router.reachable_routers() == len(mesh.routers) - 1
+    for proton_socket in sockets:
+        proton_socket.sock.close()
+    return {
+        "requested": count,
+        "opened": opener.opened,
+        "failed": opener.failed,
+        "seconds_to_open": round(seconds, 2),
+        "router_rss_kb_before": before,
+        "router_rss_kb_after": after,
+        "kb_per_idle_connection": round((after - before) / max(opener.opened, 1), 2),
+        "router_still_serving": still_serving,
+    }
+
+
+def memory_per_address(mesh: Mesh, count: int) -> dict[str, Any]:
+    """Dynamic reply addresses: each is a new address with one consumer link."""
+    router = mesh.routers[0]
+    assert router.process is not None
+    before = rss_kb(router.process.pid)
+
+    class Many(MessagingHandler):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.opened = 0
+
+        def on_start(self, event: Any) -> None:
+            account = Account(mesh.url(0), "backend@iot", mesh.passwords["backend@iot"], "iot")
+            self.conn = account.connect(event.container)
+            for i in range(count):
+                event.container.create_receiver(self.conn, None, dynamic=True, name=f"d{i}")
+
+        def on_link_opened(self, event: Any) -> None:
+            self.opened += 1
+            if self.opened == count:
+                self.after = rss_kb(router.process.pid)  # type: ignore[union-attr]
+                self.conn.close()
+
+    handler = Many()
+    Container(handler).run()
+    return {
+        "addresses": count,
+        "router_rss_kb_before": before,
+        "router_rss_kb_after": handler.after,
+        "kb_per_address": round((handler.after - before) / count, 2),
+    }
+
+
+def accounts(mesh: Mesh, producer: int, consumer: int) -> tuple[Account, Account]:
+    def account(router: int, identity: str) -> Account:
+        return Account(mesh.url(router), identity, mesh.passwords[identity], "iot")
+
+    return account(producer, "device@iot"), account(consumer, "backend@iot")
+
+
+def profile_summary(path: Path, lines: int = 12) -> list[str]:
+    stats = pstats.Stats(str(path))
+    rows = []
+    for (file, line, name), (_, calls, own, cumulative, _) in sorted(
+        stats.stats.items(),
+        key=lambda item: -item[1][2],  # type: ignore[attr-defined]
+    )[:lines]:
+        rows.append(
+            f"{own:7.3f}s own {cumulative:7.3f}s cum {calls:9d} calls  "
+            f"{Path(file).name}:{line}({name})"
+        )
+    return rows
+
+
+def both_modes(
+    sender: Account | str | None, receiver: Account | str, address: str, n: int
+) -> dict[str, Any]:
+    return {
+        mode: run_flow(Flow(sender, receiver, address, n, presettled=mode == "presettled"))
+        for mode in ("unsettled", "presettled")
+    }
+
+
+def at_half_load(
+    sender: Account | None, receiver: Account | str, address: str, peak: float, n: int
+) -> dict[str, Any]:
+    """Latency when offered half of the path's peak unsettled rate."""
+    paced = run_flow(
+        Flow(sender, receiver, address, min(n, int(peak * 5)), presettled=False, rate=peak / 2)
+    )
+    return {"rate": round(peak / 2), **paced}
+
+
+def start_stack(work: Path, profile: Path) -> tuple[Mesh, RabbitMQBroker]:
+    """3 routers in a chain (router 0 profiled) in front of one RabbitMQ."""
+    ports = allocate_ports()
+    mesh = build_mesh(work / "mesh", routers=3, topology="chain", broker_port=ports.tls)
+    broker = RabbitMQBroker(
+        directory=work / "rabbitmq",
+        definitions=work / "mesh/config/brokers/broker-0.definitions.json",
+        pki=mesh.extra["pki"],  # type: ignore[arg-type]
+        ports=ports,
+    )
+    broker.start()
+    mesh.set_secret("enmesh-broker-router", "password", broker.router_password)
+    os.environ["ENMESH_ROUTER_PROFILE"] = str(profile)
+    mesh.routers[0].start()
+    del os.environ["ENMESH_ROUTER_PROFILE"]
+    for router in mesh.routers[1:]:
+        router.start()
+    mesh.wait_converged()
+    return mesh, broker
+
+
+def measure(
+    mesh: Mesh, broker: RabbitMQBroker, n: int, connections: int, results: dict[str, Any]
+) -> None:
+    one, three = accounts(mesh, 0, 0), accounts(mesh, 0, 2)
+    results["b_one_router"] = both_modes(*one, "telemetry", n)
+    print("(b)", results["b_one_router"])
+    results["c_three_routers"] = both_modes(*three, "telemetry", n)
+    print("(c)", results["c_three_routers"])
+    # The broker's default vhost is the routers' one: no `vhost:` hostname needed (proton
+    # would also use it as the TLS peer name).
+    rabbit = Account(
+        broker.url, "enmesh-router", broker.router_password, "", broker.ca_cert, "PLAIN"
+    )
+    results["d_rabbitmq_queue"] = both_modes(rabbit, rabbit, "/amq/queue/iot.events", n)
+    print("(d)", results["d_rabbitmq_queue"])
+    peak_a = results["a_no_router"]["unsettled"]["msgs_per_s"]
+    results["a_no_router"]["half_load"] = at_half_load(
+        None, f"amqp://127.0.0.1:{free_port()}", "q", peak_a, n
+    )
+    for label, (producer, consumer) in (("b_one_router", one), ("c_three_routers", three)):
+        peak = results[label]["unsettled"]["msgs_per_s"]
+        results[label]["half_load"] = at_half_load(producer, consumer, "telemetry", peak, n)
+    for label in ("a_no_router", "b_one_router", "c_three_routers"):
+        print(f"{label} at half load:", results[label]["half_load"])
+    results["memory_per_address"] = memory_per_address(mesh, 1000)
+    print("memory per address:", results["memory_per_address"])
+    results["connections"] = hold_connections(mesh, connections)
+    print("connections:", results["connections"])
+
+
+def summarise(results: dict[str, Any]) -> None:
+    a, b, c, d = (
+        results[k]["unsettled"]["msgs_per_s"]
+        for k in ("a_no_router", "b_one_router", "c_three_routers", "d_rabbitmq_queue")
+    )
+    results["ratios_unsettled"] = {
+        "b_over_a": round(b / a, 2),
+        "b_over_d": round(b / d, 2),
+        "c_over_a": round(c / a, 2),
+    }
+    results["targets"] = {
+        "b_ge_50pct_of_a": b >= 0.5 * a,
+        "b_ge_2x_d": b >= 2 * d,
+        "c_ge_30pct_of_a": c >= 0.3 * a,
+        "p99_lt_5ms_half_load": results["b_one_router"]["half_load"]["p99_ms"] < 5,
+        "held_1000_connections": results["connections"]["opened"] >= 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--connections", type=int, default=1000)
+    args = parser.parse_args()
+    n = args.messages
+    results: dict[str, Any] = {"messages": n, "body_bytes": len(BODY)}
+    work = Path(tempfile.mkdtemp(prefix="enmesh-bench-"))
+    profile = work / "router-0.prof"
+    # (a) no router: one connection, this process at both ends
+    results["a_no_router"] = both_modes(None, f"amqp://127.0.0.1:{free_port()}", "q", n)
+    print("(a)", results["a_no_router"])
+    mesh, broker = start_stack(work, profile)
+    try:
+        measure(mesh, broker, n, args.connections, results)
+    finally:
+        mesh.stop()
+        broker.stop()
+    summarise(results)
+    if profile.exists():
+        results["router_profile_top"] = profile_summary(profile)
+    results |= {"python": platform.python_version(), "cpus": len(os.sched_getaffinity(0))}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(json.dumps({k: results[k] for k in ("ratios_unsettled", "targets")}, indent=2))
+    for row in results.get("router_profile_top", []):
+        print("  ", row)
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
