@@ -35,6 +35,7 @@ test: lint typecheck unit
 
 bench: setup
 	@$(PY) benchmarks/compile_scale.py
+	@$(PY) benchmarks/router_throughput.py
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -40,9 +40,16 @@ if ((${#missing[@]})); then
   fi
   echo "    installing: ${missing[*]}"
   apt-get update -qq || { echo "error: apt-get update failed: check the Debian package sources in /etc/apt" >&2; exit 1; }
-  # rabbitmq-server's postinst tries to start the service; on hosts without an init
-  # system that fails harmlessly, and enmesh supervises RabbitMQ itself.
+  # rabbitmq-server's postinst would start a system-wide RabbitMQ (0.0.0.0:5672, epmd on
+  # 4369). enmesh supervises its brokers itself, on loopback, so forbid service starts
+  # during the install (Debian's policy-rc.d convention) unless the host already has a policy.
+  guard=""
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    guard=/usr/sbin/policy-rc.d
+  fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [[ -n $guard ]] && rm -f "$guard"
 else
   echo "    all present"
 fi

@@ -5,13 +5,14 @@ from __future__ import annotations
 import socket
 import ssl
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from proton import Message
 
 from tests.router.conftest import account
 from tests.support.amqp import Account, Scenario, run
-from tests.support.mesh import Mesh
+from tests.support.mesh import Mesh, build_mesh
 
 
 class TenantIsolation(Scenario):
@@ -166,3 +167,85 @@ def test_server_certificate_chains_to_the_stack_ca(full_mesh: Mesh) -> None:
     ):
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
         assert tls.getpeercert() is not None
+
+
+def test_anonymous_is_refused_where_no_space_allows_it(full_mesh: Mesh) -> None:
+    anonymous = replace(account(full_mesh, 0, "device@iot"), identity=None, password=None)
+    scenario = run(Login(anonymous), timeout=15)
+    assert not scenario.opened
+    assert any("unauthorized-access" in e for e in scenario.errors), scenario.errors
+
+
+LIMITED_MODEL = """\
+apiVersion: enmesh.io/v1
+kind: AddressPlan
+metadata: {name: anycast}
+spec: {addressType: anycast}
+---
+apiVersion: enmesh.io/v1
+kind: AddressSpacePlan
+metadata: {name: tiny}
+spec:
+  addressSpaceType: standard
+  resourceLimits: {connections: 2, addresses: 5}
+  addressPlans: [anycast]
+---
+apiVersion: enmesh.io/v1
+kind: AddressSpace
+metadata: {name: small}
+spec: {type: standard, plan: tiny}
+---
+apiVersion: enmesh.io/v1
+kind: Address
+metadata: {name: small.pings}
+spec: {addressSpace: small, address: pings, type: anycast, plan: anycast}
+---
+apiVersion: enmesh.io/v1
+kind: MessagingUser
+metadata: {name: small.app}
+spec:
+  addressSpace: small
+  username: app
+  authentication: {passwordSecret: {name: small-app, key: password}}
+  authorization: [{operations: [send, recv], addresses: [pings]}]
+"""
+
+
+class Crowd(Scenario):
+    """Open `count` connections as the same user; record which get in."""
+
+    def __init__(self, target: Account, count: int) -> None:
+        super().__init__()
+        self.target, self.count = target, count
+        self.admitted = 0
+        self.refused: list[str] = []
+
+    def on_start(self, event: Any) -> None:
+        for i in range(self.count):
+            event.container.create_sender(self.open(self.target), "pings", name=f"p{i}")
+
+    def on_link_opened(self, event: Any) -> None:
+        self.admitted += 1
+        self._check()
+
+    def on_connection_error(self, event: Any) -> None:
+        self.refused.append(event.connection.remote_condition.name)
+        self._check()
+
+    def _check(self) -> None:
+        if self.admitted + len(self.refused) == self.count:
+            self.done()
+
+
+def test_address_space_connection_limit(tmp_path: Path) -> None:
+    model = tmp_path / "limited.model.yml"
+    model.write_text(LIMITED_MODEL)
+    mesh = build_mesh(tmp_path / "mesh", routers=1, models=[model])
+    try:
+        mesh.start()
+        user = Account(mesh.url(0), "app@small", mesh.passwords["app@small"], "small")
+        scenario = run(Crowd(user, 3), timeout=30)
+    finally:
+        mesh.stop()
+    assert scenario.admitted == 2
+    assert scenario.refused == ["amqp:resource-limit-exceeded"]
