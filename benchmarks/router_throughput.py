@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/router_throughput.py [--messages N] [--connections N]
 
-Paths measured with the same proton client (one process, sender and receiver in one
-Container; the routers and RabbitMQ are separate processes), 100-byte bodies:
+Paths measured with the same lean proton clients, the sender and the receiver each in
+a process of its own (the routers and RabbitMQ are processes too; all share 2 cores),
+100-byte bodies:
   (a) proton sender -> proton receiver, no router (the ceiling)
   (b) through 1 router            (c) across 3 routers (chain, 2 inter-router hops)
   (d) through RabbitMQ's AMQP 1.0 queue (TLS: the broker listens only on TLS)
@@ -39,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 from enmesh.router.engine import Loop, ProtonSocket, connect_nonblocking  # noqa: E402
 from enmesh.router.security import SaslSettings, client_transport  # noqa: E402
 from tests.support.amqp import Account  # noqa: E402
-from tests.support.mesh import Mesh, build_mesh  # noqa: E402
-from tests.support.ports import free_port  # noqa: E402
+from tests.support.mesh import Mesh, build_mesh, wait_until  # noqa: E402
+from tests.support.ports import free_port, port_is_listening  # noqa: E402
 from tests.support.rabbitmq import RabbitMQBroker, allocate_ports  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "router_throughput.json"
@@ -61,19 +62,20 @@ class Flow(MessagingHandler):  # type: ignore[misc]
 
     def __init__(
         self,
-        sender: Account | str | None,
-        receiver: Account | str,
+        endpoint: Account | str,
         address: str,
         total: int,
         *,
+        role: str,
         presettled: bool,
         rate: float | None = None,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=False)
-        self.sender_at, self.receiver_at, self.address = sender, receiver, address
+        self.endpoint, self.address, self.role = endpoint, address, role
         self.total, self.presettled, self.rate = total, presettled, rate
         self.sent = self.received = self.settled = 0
-        self.started = self.finished = 0.0
+        self.finished = 0.0
+        self.first_ns = self.last_ns = 0
         self.latencies: list[float] = []
         self.sender: Any = None
         self.connections: list[Any] = []
@@ -81,7 +83,23 @@ class Flow(MessagingHandler):  # type: ignore[misc]
         self.head = encoded[: -len(BODY)]
         self.tail = BODY[STAMP:]
 
-    def _connect(self, container: Container, target: Account | str) -> Any:
+    def on_start(self, event: Any) -> None:
+        container = event.container
+        if self.role == "listen":  # path (a): the sender connects straight to us
+            assert isinstance(self.endpoint, str)
+            self.acceptor = container.listen(self.endpoint.removeprefix("amqp://"))
+        elif self.role == "receive":
+            receiver = container.create_receiver(self._connect(container), self.address)
+            receiver.flow(CREDIT)
+        else:
+            self.sender = container.create_sender(self._connect(container), self.address)
+            if self.presettled:
+                self.sender.snd_settle_mode = 1  # SND_SETTLED
+            if self.rate:
+                container.schedule(0.01, self)
+
+    def _connect(self, container: Container) -> Any:
+        target = self.endpoint
         conn = (
             target.connect(container)
             if isinstance(target, Account)
@@ -90,34 +108,11 @@ class Flow(MessagingHandler):  # type: ignore[misc]
         self.connections.append(conn)
         return conn
 
-    def on_start(self, event: Any) -> None:
-        if self.sender_at is None:  # (a): this process is both ends of one connection
-            assert isinstance(self.receiver_at, str)
-            self.acceptor = event.container.listen(self.receiver_at.removeprefix("amqp://"))
-            self._attach_sender(event.container, self.receiver_at)
-        else:
-            conn = self._connect(event.container, self.receiver_at)
-            receiver = event.container.create_receiver(conn, self.address, name="bench-in")
-            receiver.flow(CREDIT)
-
     def on_link_opening(self, event: Any) -> None:  # (a): the incoming half
         link = event.link
         if link.is_receiver:
             link.target.address = link.remote_target.address
             link.flow(CREDIT)
-
-    def on_link_opened(self, event: Any) -> None:
-        if event.link.name == "bench-in" and self.sender is None:
-            assert self.sender_at is not None
-            self._attach_sender(event.container, self.sender_at)
-
-    def _attach_sender(self, container: Container, target: Account | str) -> None:
-        conn = self._connect(container, target)
-        self.sender = container.create_sender(conn, self.address, name="bench-out")
-        if self.presettled:
-            self.sender.snd_settle_mode = 1  # SND_SETTLED
-        if self.rate:
-            container.schedule(0.01, self)
 
     def on_timer_task(self, event: Any) -> None:  # paced sending for latency runs
         self._send(int((self.rate or 0) * 0.01))
@@ -131,17 +126,19 @@ class Flow(MessagingHandler):  # type: ignore[misc]
     def _send(self, budget: int) -> None:
         if self.sender is None:
             return
-        if not self.started:
-            self.started = time.perf_counter()
+        if not self.first_ns:
+            self.first_ns = time.monotonic_ns()
         sender = self.sender
         while sender.credit and self.sent < self.total and budget > 0:
             delivery = sender.delivery(str(self.sent))
-            sender.send(self.head + b"%020d" % time.perf_counter_ns() + self.tail)
+            sender.send(self.head + b"%020d" % time.monotonic_ns() + self.tail)
             sender.advance()
             if self.presettled:
                 delivery.settle()
             self.sent += 1
             budget -= 1
+        if self.presettled:
+            self._maybe_finish()
 
     def on_delivery(self, event: Any) -> None:
         delivery = event.delivery
@@ -153,7 +150,8 @@ class Flow(MessagingHandler):  # type: ignore[misc]
             link.advance()
             self.received += 1
             stamp = int(data[-len(BODY) : -len(BODY) + STAMP])
-            self.latencies.append((time.perf_counter_ns() - stamp) / 1e6)
+            self.last_ns = time.monotonic_ns()
+            self.latencies.append((self.last_ns - stamp) / 1e6)
             if not delivery.settled:
                 delivery.update(ACCEPTED)
             delivery.settle()
@@ -166,30 +164,32 @@ class Flow(MessagingHandler):  # type: ignore[misc]
             self._maybe_finish()
 
     def _maybe_finish(self) -> None:
-        """Done when every message arrived and, unless presettled, its outcome came back."""
-        if self.received == self.total and (self.presettled or self.settled == self.total):
+        """A receiver is done when every message arrived; a sender when every one is sent
+        and, unless presettled, its outcome came back."""
+        if self.role in ("receive", "listen"):
+            if self.received == self.total:
+                self._finish()
+        elif self.sent == self.total and (self.presettled or self.settled == self.total):
             self._finish()
 
     def _finish(self) -> None:
-        self.finished = time.perf_counter()
+        self.finished = time.perf_counter() or 1.0
         for conn in self.connections:
             conn.close()
         if getattr(self, "acceptor", None) is not None:
             self.acceptor.close()
 
-    def figures(self) -> dict[str, float]:
-        elapsed = self.finished - self.started
+    def figures(self) -> dict[str, Any]:
         lat = sorted(self.latencies)
         return {
             "messages": self.received,
-            "seconds": round(elapsed, 3),
-            "msgs_per_s": round(self.received / elapsed) if elapsed else 0,
+            "last_ns": self.last_ns,
             "p50_ms": round(statistics.median(lat), 3) if lat else -1,
             "p99_ms": round(lat[int(len(lat) * 0.99) - 1], 3) if lat else -1,
         }
 
 
-def run_flow(flow: Flow, timeout: float = 120) -> dict[str, float]:
+def run_flow(flow: Flow, timeout: float = 180) -> dict[str, Any]:
     container = Container(flow)
     deadline = time.monotonic() + timeout
 
@@ -203,8 +203,53 @@ def run_flow(flow: Flow, timeout: float = 120) -> dict[str, float]:
     container.schedule(1, Watchdog())
     container.run()
     if not flow.finished:
-        raise RuntimeError(f"flow timed out after {flow.received}/{flow.total} messages")
+        raise RuntimeError(
+            f"{flow.role} timed out: sent {flow.sent}, received {flow.received} of {flow.total}"
+        )
     return flow.figures()
+
+
+def split_flow(
+    sender: Account | str,
+    receiver: Account | str,
+    address: str,
+    total: int,
+    *,
+    presettled: bool,
+    rate: float | None = None,
+) -> dict[str, Any]:
+    """Receiver in a forked child, sender here; throughput from first send to last receipt."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the receiving process
+        os.close(read_end)
+        code = 0
+        try:
+            role = "listen" if isinstance(receiver, str) and receiver == sender else "receive"
+            result = run_flow(Flow(receiver, address, total, role=role, presettled=presettled))
+        except Exception as exc:  # report it rather than leave the parent waiting
+            result, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
+        os.write(write_end, json.dumps(result).encode())
+        os._exit(code)
+    os.close(write_end)
+    if isinstance(receiver, str) and receiver == sender:
+        port = int(receiver.rsplit(":", 1)[1])
+        wait_until(lambda: port_is_listening(port), 10, "the receiving process to listen")
+    flow = Flow(sender, address, total, role="send", presettled=presettled, rate=rate)
+    run_flow(flow)
+    with os.fdopen(read_end, "rb") as pipe:
+        received = json.loads(pipe.read() or b"{}")
+    os.waitpid(child, 0)
+    if "error" in received:
+        raise RuntimeError(f"receiver failed: {received['error']}")
+    elapsed = (received["last_ns"] - flow.first_ns) / 1e9
+    return {
+        "messages": received["messages"],
+        "seconds": round(elapsed, 3),
+        "msgs_per_s": round(received["messages"] / elapsed) if elapsed > 0 else 0,
+        "p50_ms": received["p50_ms"],
+        "p99_ms": received["p99_ms"],
+    }
 
 
 def rss_kb(pid: int) -> int:
@@ -325,22 +370,26 @@ def profile_summary(path: Path, lines: int = 12) -> list[str]:
 
 
 def both_modes(
-    sender: Account | str | None, receiver: Account | str, address: str, n: int
+    sender: Account | str, receiver: Account | str, address: str, n: int
 ) -> dict[str, Any]:
     return {
-        mode: run_flow(Flow(sender, receiver, address, n, presettled=mode == "presettled"))
+        mode: split_flow(sender, receiver, address, n, presettled=mode == "presettled")
         for mode in ("unsettled", "presettled")
     }
 
 
 def at_half_load(
-    sender: Account | None, receiver: Account | str, address: str, peak: float, n: int
+    sender: Account | str, receiver: Account | str, address: str, peak: float, n: int
 ) -> dict[str, Any]:
     """Latency when offered half of the path's peak unsettled rate."""
-    paced = run_flow(
-        Flow(sender, receiver, address, min(n, int(peak * 5)), presettled=False, rate=peak / 2)
+    paced = split_flow(
+        sender, receiver, address, min(n, int(peak * 5)), presettled=False, rate=peak / 2
     )
     return {"rate": round(peak / 2), **paced}
+
+
+def direct_url() -> str:
+    return f"amqp://127.0.0.1:{free_port()}"
 
 
 def start_stack(work: Path, profile: Path) -> tuple[Mesh, RabbitMQBroker]:
@@ -380,9 +429,8 @@ def measure(
     results["d_rabbitmq_queue"] = both_modes(rabbit, rabbit, "/amq/queue/iot.events", n)
     print("(d)", results["d_rabbitmq_queue"])
     peak_a = results["a_no_router"]["unsettled"]["msgs_per_s"]
-    results["a_no_router"]["half_load"] = at_half_load(
-        None, f"amqp://127.0.0.1:{free_port()}", "q", peak_a, n
-    )
+    url = direct_url()
+    results["a_no_router"]["half_load"] = at_half_load(url, url, "q", peak_a, n)
     for label, (producer, consumer) in (("b_one_router", one), ("c_three_routers", three)):
         peak = results[label]["unsettled"]["msgs_per_s"]
         results[label]["half_load"] = at_half_load(producer, consumer, "telemetry", peak, n)
@@ -423,7 +471,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="enmesh-bench-"))
     profile = work / "router-0.prof"
     # (a) no router: one connection, this process at both ends
-    results["a_no_router"] = both_modes(None, f"amqp://127.0.0.1:{free_port()}", "q", n)
+    url = direct_url()
+    results["a_no_router"] = both_modes(url, url, "q", n)
     print("(a)", results["a_no_router"])
     mesh, broker = start_stack(work, profile)
     try:
