@@ -76,6 +76,7 @@ class Flow(MessagingHandler):  # type: ignore[misc]
         self.sent = self.received = self.settled = 0
         self.finished = 0.0
         self.first_ns = self.last_ns = 0
+        self.outcomes: dict[int, int] = {}
         self.latencies: list[float] = []
         self.sender: Any = None
         self.connections: list[Any] = []
@@ -159,6 +160,7 @@ class Flow(MessagingHandler):  # type: ignore[misc]
                 link.flow(CREDIT - link.credit)
             self._maybe_finish()
         elif delivery.remote_state or delivery.settled:
+            self.outcomes[delivery.remote_state] = self.outcomes.get(delivery.remote_state, 0) + 1
             delivery.settle()
             self.settled += 1
             self._maybe_finish()
@@ -202,11 +204,9 @@ def run_flow(flow: Flow, timeout: float = 180) -> dict[str, Any]:
 
     container.schedule(1, Watchdog())
     container.run()
-    if not flow.finished:
-        raise RuntimeError(
-            f"{flow.role} timed out: sent {flow.sent}, received {flow.received} of {flow.total}"
-        )
-    return flow.figures()
+    if not flow.finished and flow.role == "send":
+        raise RuntimeError(f"sender timed out: sent {flow.sent} of {flow.total}")
+    return flow.figures()  # a receiver that timed out reports what it got
 
 
 def split_flow(
@@ -237,6 +237,7 @@ def split_flow(
         wait_until(lambda: port_is_listening(port), 10, "the receiving process to listen")
     flow = Flow(sender, address, total, role="send", presettled=presettled, rate=rate)
     run_flow(flow)
+    accepted = flow.outcomes.get(ACCEPTED, 0)
     with os.fdopen(read_end, "rb") as pipe:
         received = json.loads(pipe.read() or b"{}")
     os.waitpid(child, 0)
@@ -245,6 +246,8 @@ def split_flow(
     elapsed = (received["last_ns"] - flow.first_ns) / 1e9
     return {
         "messages": received["messages"],
+        "complete": received["messages"] == total,
+        "sender_accepted": accepted if not presettled else None,
         "seconds": round(elapsed, 3),
         "msgs_per_s": round(received["messages"] / elapsed) if elapsed > 0 else 0,
         "p50_ms": received["p50_ms"],

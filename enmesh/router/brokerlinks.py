@@ -42,8 +42,9 @@ class PairedInLink(InLink):
         if self.closed:
             return
         want = max(self.out.link.credit - len(self.out.waiting) - len(self.held), 0)
-        if want != self.link.credit:
-            self.link.flow(want - self.link.credit)
+        target = want + self.link.queued  # see InLink.refresh: wire credit stays >= 0
+        if target != self.link.credit:
+            self.link.flow(target - self.link.credit)
 
 
 class BrokerLinks:
@@ -59,8 +60,7 @@ class BrokerLinks:
         for auto in self.router.config.auto_links:
             if auto.connection != name:
                 continue
-            session = conn.connection.session()
-            session.open()
+            session = self.router.session_of(conn)
             key = self.router.semantics(auto.address).key(auto.address, auto.phase)
             if auto.direction == "out":
                 sender = session.sender(f"autolink/{auto.address}/out")
@@ -79,8 +79,9 @@ class BrokerLinks:
                 self.router.add_source(inbound)
         log.info("broker connection %s up", name)
 
-    def broker_down(self, name: str) -> None:
-        self.brokers.pop(name, None)
+    def broker_down(self, name: str, conn: ProtonSocket) -> None:
+        if self.brokers.get(name) is conn:  # a newer connection may already serve it
+            del self.brokers[name]
         log.info("broker connection %s down; reconnecting", name)
 
     # --- link routes -----------------------------------------------------------------------
@@ -103,8 +104,7 @@ class BrokerLinks:
         if route.del_external_prefix and internal.startswith(route.del_external_prefix):
             external = internal[len(route.del_external_prefix) :]
         external = (route.add_external_prefix or "") + external
-        session = broker.connection.session()
-        session.open()
+        session = self.router.session_of(broker)
         name = f"route/{info.identity}/{link.name}"
         peer: Link
         if direction == "in":  # the client receives from the broker

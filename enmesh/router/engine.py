@@ -101,7 +101,7 @@ class Loop:
         while self._timers and (self._timers[0].cancelled or self._timers[0].deadline <= now):
             timer = heapq.heappop(self._timers)
             if not timer.cancelled:
-                timer.callback()
+                _guarded(timer.callback)
         return self._timers[0].deadline - now if self._timers else None
 
     def run(self) -> None:
@@ -132,9 +132,17 @@ class Loop:
                 handler.on_writable()
         pending, self._after_io = self._after_io, []
         for callback in pending:
-            callback()
+            _guarded(callback)
         if self.on_idle is not None:
-            self.on_idle()
+            _guarded(self.on_idle)
+
+
+def _guarded(callback: Callback) -> None:
+    """Run a loop callback; a bug in one must not stop the router for everyone."""
+    try:
+        callback()
+    except Exception:
+        log.exception("callback %r failed", callback)
 
 
 class _Drain:
@@ -337,7 +345,7 @@ class ProtonSocket:
             self.sock.close()
         # Let the handler see the remaining events (link closures) before the end.
         self.transport.unbind()
-        self.handler.on_closed(self)
+        _guarded(lambda: self.handler.on_closed(self))
 
 
 class Acceptor:

@@ -211,12 +211,15 @@ class InLink:
             self.partial = None
             delivery.settle()
             self.link.advance()
+            self.refresh()  # the aborted transfer used credit
             return
         if not delivery.readable:
             return
         chunk = self.link.recv(delivery.pending) or b""
         if delivery.partial:
-            self.partial = (self.partial or bytearray()) + chunk
+            if self.partial is None:
+                self.partial = bytearray()
+            self.partial += chunk  # in place: a long message must not copy itself per frame
             return
         buffered, self.partial = self.partial, None
         data = bytes(buffered + chunk) if buffered is not None else bytes(chunk)
@@ -247,14 +250,23 @@ class InLink:
         if self.closed:
             return
         link = self.link
+        want = 0
         if self.routable:
             want = self.capacity - len(self.held) - (self.partial is not None)
             if self.room is not None:
                 want = min(want, self.room())
-            if want != link.credit and (want > link.credit or self.room is not None):
-                link.flow(want - link.credit)
-        elif link.credit > 0:
-            link.flow(-link.credit)
+        # On the wire, link-credit is `credit - queued` as an unsigned number: never ask
+        # for less than what is already queued (a partial delivery), or it wraps to 2**32.
+        target = max(want, 0) + link.queued
+        if target > link.credit or (target < link.credit and (not self.routable or self.room)):
+            link.flow(target - link.credit)
+
+    def release_held(self) -> None:
+        """Give back what we hold so the sender can re-route it (unsettled: released)."""
+        while self.held:
+            held = self.held.popleft()
+            held.settle_origin(RELEASED)
+        self.refresh()
 
     def lost(self) -> None:
         """The producer side is gone: its held messages cannot be settled any more."""

@@ -98,7 +98,10 @@ class Management:
     def _send(self, internal_address: str, reply: Message) -> None:
         state = self.router.addresses.get(internal_address)
         consumers = state.consumers if state is not None else []
-        if not consumers:
-            log.info("management reply to %s has no consumer; dropped", internal_address)
+        ready = [out for out in consumers if out.free > 0]
+        if not ready:  # a reply nobody can take now is dropped, not queued without bound
+            log.info(
+                "management reply to %s has no consumer with credit; dropped", internal_address
+            )
             return
-        consumers[0].offer(Held(reply.encode(), None, None))
+        ready[0].offer(Held(reply.encode(), None, None))

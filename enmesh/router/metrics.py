@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 MAX_REQUEST = 8192
 
 
+def _label(value: object) -> str:
+    """A Prometheus label value: backslash, quote and newline escaped."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return text.replace("\n", "\\n")
+
+
 def exposition(router: Router) -> str:
     """The metrics in Prometheus text format."""
     lines: list[str] = []
@@ -28,7 +34,7 @@ def exposition(router: Router) -> str:
         lines.append(f"# TYPE {name} {kind}")
         lines.extend(f"{name}{labels} {value}" for labels, value in samples)
 
-    rid = f'router="{router.id}"'
+    rid = f'router="{_label(router.id)}"'
     entity = inventory.router_entity(router)
     metric(
         "enmesh_router_uptime_seconds",
@@ -68,7 +74,7 @@ def exposition(router: Router) -> str:
             name,
             kind,
             help_text,
-            [(f'{{{rid},address="{a["name"]}"}}', a[field]) for a in addresses],
+            [(f'{{{rid},address="{_label(a["name"])}"}}', a[field]) for a in addresses],
         )
     return "\n".join(lines) + "\n"
 

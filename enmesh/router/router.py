@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import secrets
 import socket
 import time
 from collections import Counter
@@ -56,6 +57,8 @@ log = logging.getLogger("enmesh.router")
 # qdrouterd's default: a peer silent for this long (no frames, no heartbeats) is gone.
 IDLE_TIMEOUT_SECONDS = 16.0
 CONTROL_ADDRESS = "_mesh/control"
+DYNAMIC_PREFIX = "_dynamic."
+WAYPOINT_PHASE_MARK = "@"  # routing keys of waypoint phases: `<address>@<phase>`
 TRANSIT_PREFIX = "_mesh/"
 CONTROL_CREDIT = 1000
 MANAGEMENT_ADDRESS = "$management"
@@ -78,6 +81,7 @@ class ConnectionInfo:
     user: str = ""
     group: VhostGroup | None = None
     neighbour: str | None = None
+    counted_vhost: str | None = None  # the vhost whose connection count includes this one
     opened_at: float = field(default_factory=time.time)
     identity: int = 0
 
@@ -122,6 +126,19 @@ class Router:
         self.management: Any = None  # set by enmesh.router.management
 
     # --- start-up ------------------------------------------------------------------------
+
+    @staticmethod
+    def session_of(conn: ProtonSocket) -> Session:
+        """The one session the router uses for its own links on a connection.
+
+        A session per link would exhaust the connection's channels (and memory) over time.
+        """
+        session: Session | None = conn.context.get("session")
+        if session is None:
+            session = conn.connection.session()
+            session.open()
+            conn.context["session"] = session
+        return session
 
     def flush(self) -> None:
         """Write out connections whose links were changed by work on other connections.
@@ -283,13 +300,15 @@ class Router:
         if group is None and not vhost.allow_unknown_user:
             conn.abort(UNAUTHORIZED, f"user {user!r} may not use address space {hostname!r}")
             return False
+        if group is None:
+            group = VhostGroup(name="$unknown")  # admitted, but with no rights at all
         limit = self.config.policy.max_connections if self.config.policy else 0
         if self.vhost_connections[hostname] >= vhost.max_connections or (
             limit and sum(self.vhost_connections.values()) >= limit
         ):
             conn.abort("amqp:resource-limit-exceeded", f"connection limit of {hostname!r} reached")
             return False
-        info.vhost, info.group = vhost, group
+        info.vhost, info.group, info.counted_vhost = vhost, group, hostname
         self.vhost_connections[hostname] += 1
         return True
 
@@ -321,6 +340,8 @@ class Router:
             out.pump()
             self.link_routes.on_flow(link)
             self._retry_key(out.key)
+            if link.drain_mode and not out.waiting:
+                link.drained()  # nothing to send now: give the consumer its credit back
         elif getattr(link, "enmesh_control_sender", False):
             self._send_control(conn)
         else:
@@ -348,7 +369,9 @@ class Router:
         link = _link(event)
         self.forget_link(link)
         self.link_routes.on_remote_close(link)
-        if link.state & Endpoint.LOCAL_ACTIVE:
+        if link.state & LOCAL_UNINIT:
+            link.open()  # e.g. a link route still waiting for the broker: answer, then close
+        if not link.state & Endpoint.LOCAL_CLOSED:
             link.close()
 
     _on_link_remote_detach = _on_link_remote_close
@@ -380,13 +403,13 @@ class Router:
             self.forget_link(link)
             self.link_routes.on_connection_lost(link)
             link = link.next(0)
-        if info.vhost is not None:
-            self.vhost_connections[info.vhost_name] -= 1
+        if info.counted_vhost is not None:
+            self.vhost_connections[info.counted_vhost] -= 1
         if info.neighbour is not None and self.neighbours.get(info.neighbour) is conn:
             del self.neighbours[info.neighbour]
             self._neighbours_changed()
         if info.role == ROUTE_CONTAINER:
-            self.link_routes.broker_down(info.name)
+            self.link_routes.broker_down(info.name, conn)
         state = self.connectors.get(info.name) if info.outgoing else None
         if state is not None and state.socket is conn:
             self._retry(state)
@@ -409,6 +432,12 @@ class Router:
             if address == MANAGEMENT_ADDRESS and self.management is not None:
                 self.management.attach_reply_link(conn, info, link)
                 return
+            if address.startswith(DYNAMIC_PREFIX):
+                _refuse(link, UNAUTHORIZED, "temporary addresses are only for their creator")
+                return
+            if WAYPOINT_PHASE_MARK in address:
+                _refuse(link, "amqp:invalid-field", f"'@' is reserved in addresses: {address!r}")
+                return
             internal = info.internal(address)
             if self.link_routes.try_route(conn, info, link, internal, "in"):
                 return
@@ -422,7 +451,13 @@ class Router:
                 _refuse(link, UNAUTHORIZED, f"no permission to send to {address!r}")
                 return
             if address == MANAGEMENT_ADDRESS and self.management is not None:
+                if info.group is not None and MANAGEMENT_ADDRESS not in info.group.targets:
+                    _refuse(link, UNAUTHORIZED, "management needs the manage right")
+                    return
                 self.management.attach_request_link(conn, info, link)
+                return
+            if WAYPOINT_PHASE_MARK in address:
+                _refuse(link, "amqp:invalid-field", f"'@' is reserved in addresses: {address!r}")
                 return
             internal = info.internal(address)
             if self.link_routes.try_route(conn, info, link, internal, "out"):
@@ -433,7 +468,7 @@ class Router:
         if info.group is not None and not info.group.allow_dynamic_source:
             _refuse(link, UNAUTHORIZED, "no permission for dynamic sources")
             return
-        address = f"_dynamic.{self.id}.{info.identity}.{link.name}"
+        address = f"{DYNAMIC_PREFIX}{self.id}.{info.identity}.{secrets.token_hex(8)}"
         link.source.address = address
         self._add_consumer(info, link, info.internal(address), address)
 
@@ -485,7 +520,7 @@ class Router:
         state = self._state(inbound.key, self.semantics_of_key(inbound.key))
         state.producers.append(inbound)
         if state.distribution == "multicast":
-            inbound.room = lambda key=inbound.key: self._multicast_room(key)
+            inbound.room = functools.partial(self._multicast_room, inbound)
         inbound.set_routable(self.routable(inbound))
 
     def forget_link(self, link: Link) -> None:
@@ -590,12 +625,21 @@ class Router:
         held.settle_origin(ACCEPTED)
         return True
 
-    def _multicast_room(self, key: str) -> int:
-        """Copies the slowest destination of `key` can still queue (credit granted upstream)."""
-        state = self.addresses.get(key)
-        outs = list(state.consumers) if state is not None else []
-        outs += [out for (k, _), out in self.transit.items() if k == key]
-        return min((out.capacity - len(out.waiting) for out in outs), default=0)
+    def _multicast_room(self, inbound: InLink) -> int:
+        """Copies the slowest destination of a multicast source can still queue.
+
+        Transit links are attached here, before any message, so that a producer whose
+        only consumers are on other routers gets credit at all.
+        """
+        key, destination = inbound.key, inbound.destination_router
+        if destination is not None and destination != self.id:
+            outs = [self.transit_link(key, destination)]
+        else:
+            state = self.addresses.get(key)
+            outs = list(state.consumers) if state is not None else []
+            if destination is None:
+                outs += [self.transit_link(key, r) for _, r in self.mesh.routers_with(key)]
+        return min((out.capacity - len(out.waiting) for out in outs if out is not None), default=0)
 
     def transit_link(self, key: str, destination: str) -> OutLink | None:
         """The link carrying `key` toward `destination`, attached on first use."""
@@ -606,9 +650,7 @@ class Router:
         conn = self.neighbours.get(hop) if hop else None
         if conn is None or conn.closed:
             return None
-        session = conn.connection.session()
-        session.open()
-        sender = session.sender(f"transit/{destination}/{key}")
+        sender = self.session_of(conn).sender(f"transit/{destination}/{key}")
         sender.target.address = f"{TRANSIT_PREFIX}{destination}/{key}"
         semantics = self.semantics_of_key(key)
         if semantics.distribution == "multicast":
@@ -628,8 +670,7 @@ class Router:
         state = self.addresses.get(key)
         if state is not None:
             for inbound in list(state.producers):
-                inbound.retry()
-                inbound.set_routable(self.routable(inbound))
+                self._update_source(inbound)
 
     def _key_changed(self, key: str) -> None:
         self._retry_key(key)
@@ -639,11 +680,16 @@ class Router:
         for (key, destination), out in list(self.transit.items()):
             hop = self.mesh.routes.next_hop.get(destination)
             ra = self.mesh.advertisements.get(destination)
-            if hop != out.hop:
+            old_hop = self.neighbours.get(out.hop or "")
+            if hop != out.hop and (old_hop is None or old_hop.closed):
                 # The path is gone: what was in flight on it can no longer settle.
                 del self.transit[(key, destination)]
                 self._requeue(out.lost())
                 out.link.close()
+            elif hop != out.hop:
+                # A better path appeared; the old one still delivers what it carries.
+                del self.transit[(key, destination)]
+                self._retire(out)
             elif ra is None or key not in ra.addresses:
                 # The destination no longer wants `key`, but outcomes of what it already
                 # has are still on their way back: stop using the link, close it once idle.
@@ -651,8 +697,16 @@ class Router:
                 self._retire(out)
         for state in list(self.addresses.values()):
             for inbound in list(state.producers):
-                inbound.set_routable(self.routable(inbound))
-                inbound.retry()
+                self._update_source(inbound)
+
+    def _update_source(self, inbound: InLink) -> None:
+        """Re-evaluate one source after a change: credit, and what it holds."""
+        inbound.retry()
+        routable = self.routable(inbound)
+        inbound.set_routable(routable)
+        if not routable and inbound.destination_router is not None and inbound.held:
+            # Held for a destination that is gone: the upstream router can re-route them.
+            inbound.release_held()
 
     def _retire(self, out: OutLink) -> None:
         unsent = list(out.waiting)
@@ -694,13 +748,13 @@ class Router:
             return
         old = self.neighbours.get(neighbour)
         if old is not None and old is not conn and not old.closed:
-            # Two connections between the same pair (both connected at once): keep one.
-            log.info("duplicate inter-router connection to %s; keeping the first", neighbour)
+            # The peer reconnected before we noticed the old connection die: the new one
+            # is the live one. (Its close no longer removes the neighbour: see on_closed.)
+            log.info("new inter-router connection from %s replaces the old one", neighbour)
+            old.abort("amqp:connection:forced", "replaced by a newer connection")
         info.neighbour = neighbour
-        self.neighbours.setdefault(neighbour, conn)
-        session = conn.connection.session()
-        session.open()
-        control = session.sender(f"control/{self.id}")
+        self.neighbours[neighbour] = conn
+        control = self.session_of(conn).sender(f"control/{self.id}")
         control.target.address = CONTROL_ADDRESS
         control.snd_settle_mode = Link.SND_SETTLED
         control.enmesh_control_sender = True

@@ -157,3 +157,40 @@ def test_consumer_outcomes_reach_the_producer_unchanged_across_two_hops(chain: M
     assert seen["modify"]["state"] == Delivery.MODIFIED
     assert seen["modify"]["failed"] is True and seen["modify"]["undeliverable"] is True
     assert seen["modify"]["annotations"] == {"x-opt-reason": "try elsewhere"}
+
+
+class MulticastAcrossTheChain(Scenario):
+    """Producer on A; listeners only on B and C: A has no local consumer at all."""
+
+    def __init__(self, mesh: Mesh, total: int) -> None:
+        super().__init__(prefetch=50)
+        self.mesh, self.total = mesh, total
+        self.received = {1: 0, 2: 0}
+        self.ready = self.sent = 0
+
+    def on_start(self, event: Any) -> None:
+        for i in (1, 2):
+            conn = self.open(account(self.mesh, i, "device@iot"))
+            event.container.create_receiver(conn, "broadcast", name=f"far-{i}")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name.startswith("far-"):
+            self.ready += 1
+            if self.ready == 2:
+                conn = self.open(account(self.mesh, 0, "backend@iot"))
+                event.container.create_sender(conn, "broadcast", name="announcer")
+
+    def on_sendable(self, event: Any) -> None:
+        while event.sender.credit and self.sent < self.total:
+            event.sender.send(Message(body=self.sent))
+            self.sent += 1
+
+    def on_message(self, event: Any) -> None:
+        self.received[int(event.receiver.name.rsplit("-", 1)[1])] += 1
+        if all(n == self.total for n in self.received.values()):
+            self.done()
+
+
+def test_multicast_reaches_routers_with_no_local_consumer_on_the_way(chain: Mesh) -> None:
+    scenario = run(MulticastAcrossTheChain(chain, 500), timeout=60)
+    assert scenario.received == {1: 500, 2: 500}
