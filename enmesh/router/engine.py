@@ -60,7 +60,10 @@ class Loop:
         return time.monotonic()
 
     def call_later(self, delay: float, callback: Callback) -> Timer:
-        timer = Timer(self.now() + max(delay, 0.0), next(self._sequence), callback)
+        return self.call_at(self.now() + max(delay, 0.0), callback)
+
+    def call_at(self, deadline: float, callback: Callback) -> Timer:
+        timer = Timer(deadline, next(self._sequence), callback)
         heapq.heappush(self._timers, timer)
         return timer
 
@@ -304,11 +307,13 @@ class ProtonSocket:
         if self.closed:
             return
         deadline = self.transport.tick(self.loop.now())
+        if self._tick is not None and self._tick.deadline == deadline:
+            return  # already armed for that moment: no new heap entry per batch of events
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
         if deadline:
-            self._tick = self.loop.call_later(deadline - self.loop.now(), self._on_tick)
+            self._tick = self.loop.call_at(deadline, self._on_tick)
 
     def _on_tick(self) -> None:
         self._tick = None

@@ -65,6 +65,7 @@ MANAGEMENT_ADDRESS = "$management"
 UNAUTHORIZED = "amqp:unauthorized-access"
 NORMAL, INTER_ROUTER, ROUTE_CONTAINER = "normal", "inter-router", "route-container"
 LOCAL_UNINIT = Endpoint.LOCAL_UNINIT
+_UNSET = object()
 
 
 @dataclass
@@ -121,6 +122,7 @@ class Router:
             str(sasl_path) if sasl_path else None, config.router.sasl_config_name
         )
         self._advertise_scheduled = False
+        self._handlers: dict[Any, Any] = {}
         self._connection_ids = iter(range(1, 1 << 62))
         self.started_at = time.time()
         self.management: Any = None  # set by enmesh.router.management
@@ -263,8 +265,10 @@ class Router:
     # --- proton events ---------------------------------------------------------------------
 
     def on_event(self, source: ProtonSocket, event: Event) -> None:
-        # EventType.method is "on_connection_remote_open" etc.
-        handler = getattr(self, f"_{event.type.method}", None)
+        event_type = event.type
+        handler = self._handlers.get(event_type, _UNSET)
+        if handler is _UNSET:  # first time: EventType.method is "on_connection_remote_open" etc.
+            handler = self._handlers[event_type] = getattr(self, f"_{event_type.method}", None)
         if handler is not None:
             handler(source, event)
 
