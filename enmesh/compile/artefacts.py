@@ -17,6 +17,7 @@ from typing import Any
 from enmesh.compile import auth, broker, router
 from enmesh.compile.layout import Layout
 from enmesh.compile.stack import Stack, load_stack
+from enmesh.gcpause import paused_gc
 from enmesh.model import Model, load_model
 
 MANIFEST = "manifest.json"
@@ -48,7 +49,12 @@ class Artefacts:
 
 
 def compile_model(stack: Stack, model: Model) -> Artefacts:
-    layout = Layout(stack, model)
+    with paused_gc():
+        return _compile(Layout(stack, model))
+
+
+def _compile(layout: Layout) -> Artefacts:
+    stack = layout.stack
     files: dict[str, str] = {}
     for router_id, conf in router.render_routers(layout).items():
         files[f"routers/{router_id}.conf"] = conf

@@ -115,9 +115,19 @@ class Layout:
     def _placements(self) -> dict[tuple[str, str], list[str]]:
         return {}
 
+    def _addresses_by_name(self, tenant: Tenant) -> dict[str, Address]:
+        found = self._by_name.get(tenant.name)
+        if found is None:
+            found = self._by_name[tenant.name] = {a.spec.address: a for a in tenant.addresses}
+        return found
+
+    @cached_property
+    def _by_name(self) -> dict[str, dict[str, Address]]:
+        return {}
+
     def _place(self, tenant: Tenant, address: Address) -> list[str]:
         if address.spec.type is AddressType.SUBSCRIPTION:
-            topic = next(a for a in tenant.addresses if a.spec.address == address.spec.topic)
+            topic = self._addresses_by_name(tenant)[address.spec.topic or ""]
             return self.address_brokers(tenant, topic)
         candidates = self.tenant_brokers(tenant)
         if address.spec.type is AddressType.DEADLETTER:

@@ -36,10 +36,11 @@ class Entity:
     type: str
     attributes: dict[str, AttributeValue] = field(default_factory=dict)
 
-    def sort_key(self) -> tuple[int, str, str]:
-        """Type order, then the entity's identifying attribute, then everything else."""
+    def sort_key(self) -> tuple[int, str, tuple[tuple[str, str], ...]]:
+        """Type order, then the identifying attribute, then all attributes as text."""
         ident = next((str(self.attributes[k]) for k in IDENTIFYING if k in self.attributes), "")
-        return ENTITY_ORDER.index(self.type), ident, json.dumps(self.attributes, sort_keys=True)
+        rest = tuple(sorted((key, str(value)) for key, value in self.attributes.items()))
+        return ENTITY_ORDER.index(self.type), ident, rest
 
 
 def _value(value: AttributeValue) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from enmesh.gcpause import paused_gc
 from enmesh.model.checks import Documents, Located, check
 from enmesh.model.kinds import (
     Address,
@@ -105,9 +106,9 @@ def validate_files(paths: Iterable[Path]) -> list[Problem]:
 
 def load_model(paths: Iterable[Path]) -> Model:
     """Load and validate a model; raises ModelInvalidError listing every problem."""
-    paths = list(paths)
-    docs, problems = _collect(paths)
-    problems += check(docs)
-    if problems:
-        raise ModelInvalidError(problems)
-    return _assemble(docs)
+    with paused_gc():
+        docs, problems = _collect(list(paths))
+        problems += check(docs)
+        if problems:
+            raise ModelInvalidError(problems)
+        return _assemble(docs)
