@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from enmesh import __version__
+from enmesh import __version__, clients
 from enmesh.compile import CompileError, compile_stack_file, find_stack_file, write_artefacts
 from enmesh.model import ModelInvalidError, load_model
 
@@ -80,7 +80,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="where stack files live (default: %(default)s)",
     )
     render.set_defaults(run=_cmd_render)
+
+    send = commands.add_parser(
+        "send",
+        help="send messages to an address (an AMQP 1.0 client to try a stack)",
+        description="Send COUNT messages to ADDRESS and report their outcomes. Exits 1 unless "
+        "every message was accepted.",
+    )
+    _connection_options(send)
+    send.add_argument("--count", type=int, default=1, help="messages to send (default 1)")
+    send.add_argument("--body", default="message {n}", help="body; {n} is the message number")
+    send.add_argument("--subject", help="message subject")
+    send.add_argument("--ttl", type=float, help="time to live in seconds")
+    send.set_defaults(run=_cmd_send)
+
+    receive = commands.add_parser(
+        "receive",
+        help="receive messages from an address and print their bodies",
+        description="Receive from ADDRESS, printing each body on its own line, until COUNT "
+        "messages arrived or the timeout passes.",
+    )
+    _connection_options(receive)
+    receive.add_argument("--count", type=int, help="stop after this many messages")
+    receive.set_defaults(run=_cmd_receive)
     return parser
+
+
+def _connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("url", metavar="URL", help="amqp://host:port or amqps://host:port")
+    parser.add_argument("address", metavar="ADDRESS", help="address to use, e.g. telemetry")
+    parser.add_argument("--user", help="SASL user, <username>@<address space>")
+    parser.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="FILE",
+        help=f"file holding the password (or set {clients.PASSWORD_ENV})",
+    )
+    parser.add_argument("--vhost", help="address space (default: the part of --user after @)")
+    parser.add_argument("--ca", type=Path, help="CA certificate to verify an amqps:// server")
+    parser.add_argument("--mechanisms", help="SASL mechanisms (default SCRAM-SHA-256 PLAIN)")
+    parser.add_argument("--timeout", type=float, default=30, help="seconds (default 30)")
+
+
+def _cmd_send(args: argparse.Namespace) -> int:
+    return clients.send(args)
+
+
+def _cmd_receive(args: argparse.Namespace) -> int:
+    return clients.receive(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except ModelInvalidError as exc:
         print(f"error: {exc}", file=sys.stderr)
-    except (CompileError, FileNotFoundError) as exc:
+    except (CompileError, FileNotFoundError, clients.ClientError) as exc:
         print(f"error: {exc}", file=sys.stderr)
     except OSError as exc:
         print(f"error: {exc.strerror}: {exc.filename}", file=sys.stderr)

@@ -1,0 +1,197 @@
+"""`enmesh send` and `enmesh receive`: small AMQP 1.0 clients to try a stack.
+
+Passwords come from a file or the ENMESH_PASSWORD environment variable, never from the
+command line (where `ps` would show them). The address space is the AMQP hostname; by
+default it is the part of the user after `@`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from proton import Delivery, Message, SSLDomain
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+
+PASSWORD_ENV = "ENMESH_PASSWORD"
+
+
+class ClientError(Exception):
+    """What went wrong, in words a user can act on."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    address: str
+    user: str | None
+    password: str | None
+    vhost: str | None
+    ca: Path | None
+    mechanisms: str | None
+    timeout: float
+
+    def connect(self, container: Container) -> Any:
+        options: dict[str, Any] = {"url": self.url, "reconnect": False}
+        if self.vhost:
+            options["virtual_host"] = self.vhost
+        if self.user:
+            options |= {"user": self.user, "password": self.password}
+        options["allowed_mechs"] = self.mechanisms or (
+            "SCRAM-SHA-256 PLAIN" if self.user else "ANONYMOUS"
+        )
+        if self.url.startswith("amqps://"):
+            domain = SSLDomain(SSLDomain.MODE_CLIENT)
+            if self.ca is not None:
+                domain.set_trusted_ca_db(str(self.ca))
+            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+            options["ssl_domain"] = domain
+        return container.connect(**options)
+
+
+def endpoint_from(args: Any) -> Endpoint:
+    password = None
+    if args.password_file is not None:
+        try:
+            password = Path(args.password_file).read_text(encoding="utf-8").rstrip("\n")
+        except OSError as exc:
+            raise ClientError(
+                f"cannot read password file {args.password_file}: {exc.strerror}"
+            ) from exc
+    elif args.user:
+        password = os.environ.get(PASSWORD_ENV)
+        if password is None:
+            raise ClientError(
+                f"--user needs a password: use --password-file FILE or set {PASSWORD_ENV}"
+            )
+    vhost = args.vhost or (args.user.split("@", 1)[1] if args.user and "@" in args.user else None)
+    return Endpoint(
+        args.url, args.address, args.user, password, vhost, args.ca, args.mechanisms, args.timeout
+    )
+
+
+class _Client(MessagingHandler):
+    def __init__(self, endpoint: Endpoint, **options: Any) -> None:
+        super().__init__(**options)
+        self.endpoint = endpoint
+        self.error: str | None = None
+        self.connection: Any = None
+        self.timer: Any = None
+
+    def on_start(self, event: Any) -> None:
+        self.connection = self.endpoint.connect(event.container)
+        self.timer = event.container.schedule(self.endpoint.timeout, self)
+        self.attach(event)
+
+    def attach(self, event: Any) -> None:
+        raise NotImplementedError
+
+    def on_timer_task(self, event: Any) -> None:
+        self.error = (
+            self.error or f"timed out after {self.endpoint.timeout:g} s ({self.progress()})"
+        )
+        self.finish()
+
+    def progress(self) -> str:
+        return ""
+
+    def finish(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.connection is not None:
+            self.connection.close()
+
+    def _failed(self, what: str, condition: Any) -> None:
+        detail = f"{condition.name}: {condition.description}" if condition else "closed"
+        self.error = self.error or f"{what}: {detail}"
+        self.finish()
+
+    def on_transport_error(self, event: Any) -> None:
+        self._failed("connection failed", event.transport.condition)
+
+    def on_connection_error(self, event: Any) -> None:
+        self._failed("connection refused", event.connection.remote_condition)
+
+    def on_link_error(self, event: Any) -> None:
+        self._failed(f"link to {self.endpoint.address!r} refused", event.link.remote_condition)
+
+
+class Sender(_Client):
+    def __init__(
+        self, endpoint: Endpoint, bodies: list[str], subject: str | None, ttl: float | None
+    ) -> None:
+        super().__init__(endpoint)
+        self.bodies, self.subject, self.ttl = bodies, subject, ttl
+        self.sent = 0
+        self.outcomes = {"accepted": 0, "rejected": 0, "released": 0, "modified": 0}
+
+    def attach(self, event: Any) -> None:
+        event.container.create_sender(self.connection, self.endpoint.address)
+
+    def on_sendable(self, event: Any) -> None:
+        while event.sender.credit and self.sent < len(self.bodies):
+            message = Message(body=self.bodies[self.sent], subject=self.subject)
+            if self.ttl is not None:
+                message.ttl = self.ttl
+            event.sender.send(message)
+            self.sent += 1
+
+    def on_settled(self, event: Any) -> None:
+        state = event.delivery.remote_state
+        name = {
+            Delivery.ACCEPTED: "accepted",
+            Delivery.REJECTED: "rejected",
+            Delivery.RELEASED: "released",
+            Delivery.MODIFIED: "modified",
+        }.get(state)
+        if name:
+            self.outcomes[name] += 1
+        if sum(self.outcomes.values()) == len(self.bodies):
+            self.finish()
+
+    def progress(self) -> str:
+        return f"{self.sent} of {len(self.bodies)} sent; no credit means no consumer is reachable"
+
+
+class Receiver(_Client):
+    def __init__(self, endpoint: Endpoint, count: int | None) -> None:
+        super().__init__(endpoint)
+        self.count = count
+        self.received = 0
+
+    def attach(self, event: Any) -> None:
+        event.container.create_receiver(self.connection, self.endpoint.address)
+
+    def on_message(self, event: Any) -> None:
+        body = event.message.body
+        print(body if isinstance(body, str) else repr(body), flush=True)
+        self.received += 1
+        if self.count is not None and self.received >= self.count:
+            self.finish()
+
+    def progress(self) -> str:
+        return f"{self.received} received"
+
+
+def send(args: Any) -> int:
+    bodies = [args.body.replace("{n}", str(i)) for i in range(args.count)]
+    client = Sender(endpoint_from(args), bodies, args.subject, args.ttl)
+    Container(client).run()
+    if client.error:
+        raise ClientError(client.error)
+    summary = ", ".join(f"{n} {state}" for state, n in client.outcomes.items() if n)
+    print(f"sent {client.sent} to {args.address}: {summary}")
+    return 0 if client.outcomes["accepted"] == len(bodies) else 1
+
+
+def receive(args: Any) -> int:
+    client = Receiver(endpoint_from(args), args.count)
+    Container(client).run()
+    if client.error and (args.count is not None or client.received == 0):
+        raise ClientError(client.error)
+    print(f"received {client.received} from {args.address}", file=sys.stderr)
+    return 0
