@@ -26,6 +26,7 @@ from proton import Collector, Condition, Connection, Endpoint, Event, Transport,
 log = logging.getLogger("enmesh.router.engine")
 
 READ_CHUNK = 64 * 1024
+CLOSE_GRACE_SECONDS = 5.0
 Callback = Callable[[], None]
 
 
@@ -196,6 +197,7 @@ class ProtonSocket:
         self.connection.collect(self.collector)
         self.context: dict[str, Any] = {}
         self.closed = False
+        self._doomed = False
         self._connecting = connecting
         self._tick: Timer | None = None
         self.bytes_in = 0
@@ -318,6 +320,11 @@ class ProtonSocket:
     def _on_tick(self) -> None:
         self._tick = None
         self.process()
+        if self.transport.condition is not None and not self.closed and not self._doomed:
+            # Idle timeout (or another transport error): proton wants to send its close,
+            # but a dead peer never reads it. Give the close a moment, then drop the socket.
+            self._doomed = True
+            self.loop.call_later(CLOSE_GRACE_SECONDS, lambda: self._fail("peer unresponsive"))
 
     # --- ending ------------------------------------------------------------------------
 
@@ -334,6 +341,8 @@ class ProtonSocket:
         self.connection.close()
 
     def _fail(self, reason: str) -> None:
+        if self.closed:
+            return
         log.info("connection %s: %s", self.peer, reason)
         self.transport.close_tail()
         self.transport.close_head()

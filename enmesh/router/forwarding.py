@@ -123,6 +123,8 @@ class OutLink:
         link = self.link
         while self.waiting and link.credit > 0 and not self.closed:
             held = self.waiting.popleft()
+            if held.delivery is not None and held.origin is not None and held.origin.closed:
+                continue  # its producer or broker is gone and will redeliver it: no duplicate
             tag = str(next(self._tags))
             delivery = link.delivery(tag)
             link.send(held.data)

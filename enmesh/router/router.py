@@ -790,7 +790,11 @@ class Router:
     def _flood(self, ra: RouterAdvertisement, exclude: str | None) -> None:
         for neighbour, conn in self.neighbours.items():
             if neighbour != exclude and not conn.closed:
-                conn.context.setdefault("outbox", []).append(ra)
+                outbox: list[RouterAdvertisement] = conn.context.setdefault("outbox", [])
+                # Only the newest advertisement of a router matters: the outbox stays
+                # bounded by the mesh size even while a neighbour withholds credit.
+                outbox[:] = [old for old in outbox if old.router != ra.router]
+                outbox.append(ra)
                 self._send_control(conn)
 
     def _send_control(self, conn: ProtonSocket) -> None:
