@@ -119,13 +119,35 @@ def address_entities(router: Router) -> Iterator[dict[str, Any]]:
         }
 
 
-def entities(router: Router, entity_type: str) -> list[dict[str, Any]]:
+def entities(router: Router, entity_type: str, tenant: str | None = None) -> list[dict[str, Any]]:
+    """Entities of a type; with `tenant`, only what belongs to that address space.
+
+    A tenant's manage right covers its own connections, links and addresses: nothing of
+    other tenants, and nothing of the mesh (inter-router or broker connections).
+    """
     if entity_type == ROUTER:
         return [router_entity(router)]
     if entity_type == CONNECTION:
-        return list(connection_entities(router))
+        found = list(connection_entities(router))
+        return [c for c in found if tenant is None or c["tenant"] == tenant]
     if entity_type == LINK:
-        return list(link_entities(router))
+        allowed = _tenant_connections(router, tenant)
+        return [
+            link
+            for link in link_entities(router)
+            if allowed is None or link["connectionId"] in allowed
+        ]
     if entity_type == ADDRESS:
-        return list(address_entities(router))
+        prefix = f"{tenant}/" if tenant is not None else ""
+        return [a for a in address_entities(router) if a["name"].startswith(prefix)]
     raise KeyError(entity_type)
+
+
+def _tenant_connections(router: Router, tenant: str | None) -> set[str] | None:
+    if tenant is None:
+        return None
+    return {
+        str(identity)
+        for identity, conn in router.connections.items()
+        if conn.context["info"].vhost_name == tenant
+    }

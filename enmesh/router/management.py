@@ -56,9 +56,10 @@ class Management:
         delivery.settle()
         if link.credit < CREDIT // 2:
             link.flow(CREDIT - link.credit)
-        status, description, body = self.handle(request)
+        info: ConnectionInfo = conn.context["info"]
+        tenant = info.vhost_name if info.multi_tenant and info.vhost_name else None
+        status, description, body = self.handle(request, tenant)
         if request.reply_to:
-            info: ConnectionInfo = conn.context["info"]
             reply = Message(
                 body=body,
                 correlation_id=request.id if request.id is not None else request.correlation_id,
@@ -67,7 +68,7 @@ class Management:
             )
             self._send(info.internal(request.reply_to), reply)
 
-    def handle(self, request: Message) -> tuple[int, str, Any]:
+    def handle(self, request: Message, tenant: str | None = None) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
         operation = properties.get("operation")
         entity_type = properties.get("type") or properties.get("entityType")
@@ -75,7 +76,7 @@ class Management:
             return 501, f"operation {operation!r} is not implemented (QUERY, READ are)", None
         if entity_type not in inventory.TYPES:
             return 404, f"unknown entity type {entity_type!r}", None
-        found = inventory.entities(self.router, entity_type)
+        found = inventory.entities(self.router, entity_type, tenant)
         if operation == "READ":
             wanted = properties.get("identity") or properties.get("name")
             for entity in found:

@@ -12,6 +12,7 @@ from proton import Message
 from proton.utils import BlockingConnection, SyncRequestResponse
 
 from tests.router.conftest import account
+from tests.support.amqp import Account
 from tests.support.mesh import Mesh
 
 
@@ -49,9 +50,10 @@ def test_query_router_and_connections(full_mesh: Mesh) -> None:
         connections = request(client, "QUERY", "org.apache.qpid.dispatch.connection")
         names = connections.body["attributeNames"]
         rows = [dict(zip(names, row, strict=True)) for row in connections.body["results"]]
-        assert sum(1 for r in rows if r["role"] == "inter-router") == 2
         mine = [r for r in rows if r["user"] == "backend@iot"]
         assert mine and mine[0]["tenant"] == "iot" and mine[0]["isAuthenticated"]
+        # A tenant's manage right covers its own address space only: no mesh internals.
+        assert {r["tenant"] for r in rows} == {"iot"}
 
 
 def test_query_addresses_and_links_with_counters(full_mesh: Mesh) -> None:
@@ -84,3 +86,28 @@ def test_prometheus_metrics(full_mesh: Mesh) -> None:
     assert 'enmesh_router_connections{router="test-router-1",role="inter-router"} 2' in text
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(url.replace("/metrics", "/nope"), timeout=5)
+
+
+def test_management_does_not_show_other_tenants(full_mesh: Mesh) -> None:
+    other = Account(full_mesh.url(0), "app@acme", full_mesh.passwords["app@acme"], "acme")
+    acme = BlockingConnection(
+        other.url,
+        user=other.identity,
+        password=other.password,
+        virtual_host="acme",
+        allowed_mechs="SCRAM-SHA-256",
+        timeout=15,
+    )
+    try:
+        acme.create_receiver("telemetry")  # an acme address with a consumer on this router
+        with management(full_mesh, 0) as client:  # backend@iot, while acme is connected
+            addresses = request(client, "QUERY", "org.apache.qpid.dispatch.router.address")
+            connections = request(client, "QUERY", "org.apache.qpid.dispatch.connection")
+    finally:
+        acme.close()
+    names = addresses.body["attributeNames"]
+    seen = [dict(zip(names, row, strict=True))["name"] for row in addresses.body["results"]]
+    assert seen and all(name.startswith("iot/") for name in seen), seen
+    cnames = connections.body["attributeNames"]
+    tenants = {dict(zip(cnames, row, strict=True))["tenant"] for row in connections.body["results"]}
+    assert tenants == {"iot"}
