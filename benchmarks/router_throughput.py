@@ -47,6 +47,7 @@ from tests.support.rabbitmq import RabbitMQBroker, allocate_ports  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "router_throughput.json"
 BODY = b"x" * 100
 CREDIT = 500
+PACE_SECONDS = 0.002  # paced runs send a small batch this often (bursts would queue)
 STAMP = 20  # bytes of the body that carry the send time
 ACCEPTED = 0x24
 
@@ -97,7 +98,7 @@ class Flow(MessagingHandler):  # type: ignore[misc]
             if self.presettled:
                 self.sender.snd_settle_mode = 1  # SND_SETTLED
             if self.rate:
-                container.schedule(0.01, self)
+                container.schedule(PACE_SECONDS, self)
 
     def _connect(self, container: Container) -> Any:
         target = self.endpoint
@@ -116,9 +117,9 @@ class Flow(MessagingHandler):  # type: ignore[misc]
             link.flow(CREDIT)
 
     def on_timer_task(self, event: Any) -> None:  # paced sending for latency runs
-        self._send(int((self.rate or 0) * 0.01))
+        self._send(max(1, round((self.rate or 0) * PACE_SECONDS)))
         if self.sent < self.total and not self.finished:
-            event.container.schedule(0.01, self)
+            event.container.schedule(PACE_SECONDS, self)
 
     def on_link_flow(self, event: Any) -> None:
         if event.link.is_sender and not self.rate:
