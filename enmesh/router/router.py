@@ -439,8 +439,7 @@ class Router:
             if address.startswith(DYNAMIC_PREFIX):
                 _refuse(link, UNAUTHORIZED, "temporary addresses are only for their creator")
                 return
-            if WAYPOINT_PHASE_MARK in address:
-                _refuse(link, "amqp:invalid-field", f"'@' is reserved in addresses: {address!r}")
+            if _reserved(link, address):
                 return
             internal = info.internal(address)
             if self.link_routes.try_route(conn, info, link, internal, "in"):
@@ -460,8 +459,7 @@ class Router:
                     return
                 self.management.attach_request_link(conn, info, link)
                 return
-            if WAYPOINT_PHASE_MARK in address:
-                _refuse(link, "amqp:invalid-field", f"'@' is reserved in addresses: {address!r}")
+            if _reserved(link, address):
                 return
             internal = info.internal(address)
             if self.link_routes.try_route(conn, info, link, internal, "out"):
@@ -856,6 +854,14 @@ def _delivery(event: Event) -> Delivery:
 
 def _text(path: object) -> str | None:
     return str(path) if path is not None else None
+
+
+def _reserved(link: Link, address: str) -> bool:
+    """Refuse addresses clients may not name: `@` marks the router's waypoint phases."""
+    if WAYPOINT_PHASE_MARK in address:
+        _refuse(link, "amqp:invalid-field", f"'@' is reserved in addresses: {address!r}")
+        return True
+    return False
 
 
 def _refuse(link: Link, condition: str, description: str) -> None:
