@@ -36,21 +36,46 @@ class Endpoint:
     timeout: float
 
     def connect(self, container: Container) -> Any:
-        options: dict[str, Any] = {"url": self.url, "reconnect": False}
-        if self.vhost:
-            options["virtual_host"] = self.vhost
-        if self.user:
-            options |= {"user": self.user, "password": self.password}
-        options["allowed_mechs"] = self.mechanisms or (
-            "SCRAM-SHA-256 PLAIN" if self.user else "ANONYMOUS"
+        options = connect_options(
+            self.url,
+            user=self.user,
+            password=self.password,
+            vhost=self.vhost,
+            ca=self.ca,
+            mechanisms=self.mechanisms or "SCRAM-SHA-256 PLAIN",
         )
-        if self.url.startswith("amqps://"):
-            domain = SSLDomain(SSLDomain.MODE_CLIENT)
-            if self.ca is not None:
-                domain.set_trusted_ca_db(str(self.ca))
-            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
-            options["ssl_domain"] = domain
         return container.connect(**options)
+
+
+def connect_options(
+    url: str,
+    *,
+    user: str | None,
+    password: str | None,
+    vhost: str | None,
+    ca: Path | None,
+    mechanisms: str,
+) -> dict[str, Any]:
+    """`Container.connect` keywords for a user of an address space (ANONYMOUS if no user).
+
+    The vhost is the AMQP hostname; proton also checks the server certificate against it.
+    """
+    options: dict[str, Any] = {
+        "url": url,
+        "reconnect": False,
+        "allowed_mechs": mechanisms if user else "ANONYMOUS",
+    }
+    if vhost:
+        options["virtual_host"] = vhost
+    if user:
+        options |= {"user": user, "password": password}
+    if url.startswith("amqps://"):
+        domain = SSLDomain(SSLDomain.MODE_CLIENT)
+        if ca is not None:
+            domain.set_trusted_ca_db(str(ca))
+        domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+        options["ssl_domain"] = domain
+    return options
 
 
 def endpoint_from(args: Any) -> Endpoint:

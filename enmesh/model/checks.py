@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Generic, TypeVar
 
 from enmesh.model.kinds import (
@@ -47,6 +48,20 @@ class Documents:
     spaces: list[Located[AddressSpace]]
     addresses: list[Located[Address]]
     users: list[Located[MessagingUser]]
+
+    # Name indexes shared by the checks (the first definition wins; duplicates are a
+    # problem of their own). Built once, after every document has been collected.
+    @cached_property
+    def spaces_by_name(self) -> dict[str, Located[AddressSpace]]:
+        return _first_by_name(self.spaces)
+
+    @cached_property
+    def space_plans_by_name(self) -> dict[str, Located[AddressSpacePlan]]:
+        return _first_by_name(self.space_plans)
+
+    @cached_property
+    def address_plans_by_name(self) -> dict[str, Located[AddressPlan]]:
+        return _first_by_name(self.address_plans)
 
 
 def _first_by_name(items: list[Located[D]]) -> dict[str, Located[D]]:
@@ -88,8 +103,8 @@ def duplicate_names(docs: Documents) -> Iterator[Problem]:
 
 
 def plan_references(docs: Documents) -> Iterator[Problem]:
-    address_plans = _first_by_name(docs.address_plans)
-    space_plans = _first_by_name(docs.space_plans)
+    address_plans = docs.address_plans_by_name
+    space_plans = docs.space_plans_by_name
     for plan in docs.space_plans:
         for i, name in enumerate(plan.doc.spec.addressPlans):
             if name not in address_plans:
@@ -120,9 +135,9 @@ def plan_references(docs: Documents) -> Iterator[Problem]:
 
 
 def address_references(docs: Documents) -> Iterator[Problem]:
-    spaces = _first_by_name(docs.spaces)
-    space_plans = _first_by_name(docs.space_plans)
-    address_plans = _first_by_name(docs.address_plans)
+    spaces = docs.spaces_by_name
+    space_plans = docs.space_plans_by_name
+    address_plans = docs.address_plans_by_name
     for item in docs.addresses:
         spec = item.doc.spec
         space = spaces.get(spec.addressSpace)
@@ -208,9 +223,9 @@ def addresses_within_spaces(docs: Documents) -> Iterator[Problem]:
 
 
 def plan_limits(docs: Documents) -> Iterator[Problem]:
-    spaces = _first_by_name(docs.spaces)
-    space_plans = _first_by_name(docs.space_plans)
-    address_plans = _first_by_name(docs.address_plans)
+    spaces = docs.spaces_by_name
+    space_plans = docs.space_plans_by_name
+    address_plans = docs.address_plans_by_name
     counts = Counter(item.doc.spec.addressSpace for item in docs.addresses)
     for name, space in spaces.items():
         plan = space_plans.get(space.doc.spec.plan)
@@ -246,7 +261,7 @@ def plan_limits(docs: Documents) -> Iterator[Problem]:
 
 
 def user_references(docs: Documents) -> Iterator[Problem]:
-    spaces = _first_by_name(docs.spaces)
+    spaces = docs.spaces_by_name
     seen: dict[tuple[str, str], Located[MessagingUser]] = {}
     for item in docs.users:
         spec = item.doc.spec

@@ -41,10 +41,7 @@ class PairedInLink(InLink):
     def refresh(self) -> None:
         if self.closed:
             return
-        want = max(self.out.link.credit - len(self.out.waiting) - len(self.held), 0)
-        target = want + self.link.queued  # see InLink.refresh: wire credit stays >= 0
-        if target != self.link.credit:
-            self.link.flow(target - self.link.credit)
+        self.grant(self.out.link.credit - len(self.out.waiting) - len(self.held), may_reduce=True)
 
 
 class BrokerLinks:

@@ -32,7 +32,6 @@ class Held:
     data: bytes
     origin: InLink | None  # None for copies made by multicast
     delivery: Delivery | None  # the inbound delivery to settle; None if presettled
-    attempts: int = 0
 
     @property
     def presettled(self) -> bool:
@@ -108,10 +107,6 @@ class OutLink:
     def free(self) -> int:
         """How many more messages this link can take now without queueing beyond credit."""
         return self.link.credit - len(self.waiting)
-
-    @property
-    def congested(self) -> bool:
-        return len(self.waiting) >= self.capacity
 
     def offer(self, held: Held) -> None:
         """Queue a message and send what credit allows."""
@@ -251,16 +246,23 @@ class InLink:
         """Grant credit up to capacity while routable; take it all back when not."""
         if self.closed:
             return
-        link = self.link
         want = 0
         if self.routable:
             want = self.capacity - len(self.held) - (self.partial is not None)
             if self.room is not None:
                 want = min(want, self.room())
-        # On the wire, link-credit is `credit - queued` as an unsigned number: never ask
-        # for less than what is already queued (a partial delivery), or it wraps to 2**32.
+        # Anycast keeps credit it already gave; multicast room and unroutability take it back.
+        self.grant(want, may_reduce=not self.routable or self.room is not None)
+
+    def grant(self, want: int, *, may_reduce: bool) -> None:
+        """Set the sender's credit to `want` (raising it; lowering it only if `may_reduce`).
+
+        On the wire, link-credit is `credit - queued` as an unsigned number: never ask for
+        less than what is already queued (a partial delivery), or it wraps to 2**32.
+        """
+        link = self.link
         target = max(want, 0) + link.queued
-        if target > link.credit or (target < link.credit and (not self.routable or self.room)):
+        if target > link.credit or (may_reduce and target < link.credit):
             link.flow(target - link.credit)
 
     def release_held(self) -> None:
@@ -285,7 +287,6 @@ class AddressState:
     distribution: str = "balanced"
     consumers: list[OutLink] = field(default_factory=list)
     producers: list[InLink] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=lambda: {"delivered": 0, "dropped": 0})
 
     @property
     def idle(self) -> bool:

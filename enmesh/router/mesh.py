@@ -71,6 +71,8 @@ class Mesh:
         self.local_addresses: frozenset[str] = frozenset()
         self.advertisements: dict[str, RouterAdvertisement] = {}
         self.routes = Routes()
+        # routers_with runs for every routed message; its answer changes only on recompute.
+        self._with_key: dict[str, list[tuple[int, str]]] = {}
         self.own = self._advertise()
 
     def _advertise(self) -> RouterAdvertisement:
@@ -133,6 +135,7 @@ class Mesh:
                 if neighbour not in seen and self._linked(router, neighbour):
                     heapq.heappush(queue, (cost + 1, neighbour, first_hop))
         self.routes = routes
+        self._with_key.clear()
         return routes
 
     def reachable(self) -> list[str]:
@@ -140,8 +143,11 @@ class Mesh:
 
     def routers_with(self, key: str) -> list[tuple[int, str]]:
         """Reachable remote routers with a destination for `key`, as (cost, router)."""
-        return sorted(
-            (self.routes.cost[router], router)
-            for router in self.routes.next_hop
-            if key in self.advertisements[router].addresses
-        )
+        found = self._with_key.get(key)
+        if found is None:
+            found = self._with_key[key] = sorted(
+                (self.routes.cost[router], router)
+                for router in self.routes.next_hop
+                if key in self.advertisements[router].addresses
+            )
+        return found

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import selectors
 import socket
+import time
 from typing import TYPE_CHECKING
 
 from enmesh.router import inventory
@@ -35,12 +36,11 @@ def exposition(router: Router) -> str:
         lines.extend(f"{name}{labels} {value}" for labels, value in samples)
 
     rid = f'router="{_label(router.id)}"'
-    entity = inventory.router_entity(router)
     metric(
         "enmesh_router_uptime_seconds",
         "gauge",
         "Seconds since the router started.",
-        [(f"{{{rid}}}", entity["uptimeSeconds"])],
+        [(f"{{{rid}}}", int(time.time() - router.started_at))],
     )
     metric(
         "enmesh_router_reachable_routers",

@@ -18,7 +18,7 @@ import secrets
 import socket
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from proton import (
@@ -83,7 +83,6 @@ class ConnectionInfo:
     group: VhostGroup | None = None
     neighbour: str | None = None
     counted_vhost: str | None = None  # the vhost whose connection count includes this one
-    opened_at: float = field(default_factory=time.time)
     identity: int = 0
 
     def internal(self, address: str) -> str:
@@ -95,7 +94,6 @@ class ConnectorState:
     config: Connector
     socket: ProtonSocket | None = None
     backoff: float = 0.1
-    attempts: int = 0
 
 
 class Router:
@@ -220,7 +218,6 @@ class Router:
 
     def _connect(self, state: ConnectorState) -> None:
         connector = state.config
-        state.attempts += 1
         try:
             sock = connect_nonblocking(connector.host, connector.port)
         except OSError as exc:
@@ -367,7 +364,7 @@ class Router:
         if out is not None and delivery.updated:
             out.on_disposition(delivery)
             self._close_if_idle(out)
-            self._retry_key(out.key)
+            self._retry_held(out.key)  # an outcome frees a balanced slot; reachability is unchanged
 
     def _on_link_remote_close(self, conn: ProtonSocket, event: Event) -> None:
         link = _link(event)
@@ -421,50 +418,47 @@ class Router:
     # --- client links --------------------------------------------------------------------
 
     def _client_link(self, conn: ProtonSocket, info: ConnectionInfo, link: Link) -> None:
-        if link.is_sender:  # the client receives
-            source = link.remote_source
-            if source.dynamic:
-                self._dynamic_consumer(conn, info, link)
-                return
-            address = source.address
-            if not address:
+        receiving = link.is_sender  # the router sends: the client receives
+        if receiving and link.remote_source.dynamic:
+            self._dynamic_consumer(conn, info, link)
+            return
+        address = (link.remote_source if receiving else link.remote_target).address
+        if not address:
+            if receiving:
                 _refuse(link, "amqp:invalid-field", "a receiver needs a source address")
-                return
-            if info.group is not None and not info.group.allows_source(address):
-                _refuse(link, UNAUTHORIZED, f"no permission to receive from {address!r}")
-                return
-            if address == MANAGEMENT_ADDRESS and self.management is not None:
-                self.management.attach_reply_link(conn, info, link)
-                return
-            if address.startswith(DYNAMIC_PREFIX):
-                _refuse(link, UNAUTHORIZED, "temporary addresses are only for their creator")
-                return
-            if _reserved(link, address):
-                return
-            internal = info.internal(address)
-            if self.link_routes.try_route(conn, info, link, internal, "in"):
-                return
-            self._add_consumer(info, link, internal, address)
-        else:  # the client sends
-            address = link.remote_target.address
-            if not address:
+            else:
                 _refuse(link, "amqp:not-implemented", "anonymous senders are not supported")
-                return
-            if info.group is not None and not info.group.allows_target(address):
-                _refuse(link, UNAUTHORIZED, f"no permission to send to {address!r}")
-                return
-            if address == MANAGEMENT_ADDRESS and self.management is not None:
-                if info.group is not None and MANAGEMENT_ADDRESS not in info.group.targets:
-                    _refuse(link, UNAUTHORIZED, "management needs the manage right")
-                    return
-                self.management.attach_request_link(conn, info, link)
-                return
-            if _reserved(link, address):
-                return
-            internal = info.internal(address)
-            if self.link_routes.try_route(conn, info, link, internal, "out"):
-                return
-            self._add_producer(info, link, internal, address)
+            return
+        group = info.group
+        if group is not None and not (
+            group.allows_source(address) if receiving else group.allows_target(address)
+        ):
+            verb = "receive from" if receiving else "send to"
+            _refuse(link, UNAUTHORIZED, f"no permission to {verb} {address!r}")
+            return
+        if address == MANAGEMENT_ADDRESS and self.management is not None:
+            self._management_link(conn, info, link, receiving)
+            return
+        if receiving and address.startswith(DYNAMIC_PREFIX):
+            _refuse(link, UNAUTHORIZED, "temporary addresses are only for their creator")
+            return
+        if _reserved(link, address):
+            return
+        internal = info.internal(address)
+        if self.link_routes.try_route(conn, info, link, internal, "in" if receiving else "out"):
+            return
+        add = self._add_consumer if receiving else self._add_producer
+        add(info, link, internal, address)
+
+    def _management_link(
+        self, conn: ProtonSocket, info: ConnectionInfo, link: Link, receiving: bool
+    ) -> None:
+        if receiving:
+            self.management.attach_reply_link(conn, info, link)
+        elif info.group is not None and MANAGEMENT_ADDRESS not in info.group.targets:
+            _refuse(link, UNAUTHORIZED, "management needs the manage right")
+        else:
+            self.management.attach_request_link(conn, info, link)
 
     def _dynamic_consumer(self, conn: ProtonSocket, info: ConnectionInfo, link: Link) -> None:
         if info.group is not None and not info.group.allow_dynamic_source:
@@ -607,8 +601,6 @@ class Router:
         if chosen is None:
             return False
         chosen.offer(held)
-        if state is not None:
-            state.stats["delivered"] += 1
         return True
 
     def _multicast(self, held: Held, local: list[OutLink], remote: list[str]) -> bool:
@@ -673,6 +665,13 @@ class Router:
         if state is not None:
             for inbound in list(state.producers):
                 self._update_source(inbound)
+
+    def _retry_held(self, key: str) -> None:
+        state = self.addresses.get(key)
+        if state is not None:
+            for inbound in state.producers:
+                if inbound.held:
+                    inbound.retry()
 
     def _key_changed(self, key: str) -> None:
         self._retry_key(key)

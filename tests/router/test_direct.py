@@ -61,22 +61,27 @@ def test_credit_only_while_a_consumer_is_reachable(full_mesh: Mesh) -> None:
     assert state["credit_after_detach"] == 0
 
 
-class MulticastToAll(Scenario):
-    def __init__(self, mesh: Mesh, total: int) -> None:
-        super().__init__(prefetch=100)
-        self.mesh, self.total = mesh, total
-        self.received = {0: 0, 1: 0, 2: 0}
+class Multicast(Scenario):
+    """Listeners (device@iot) on `listeners_at`; once all are attached, the announcer
+    (backend@iot) on router 0 sends `total` messages to `broadcast`."""
+
+    def __init__(
+        self, mesh: Mesh, total: int, listeners_at: tuple[int, ...], prefetch: int
+    ) -> None:
+        super().__init__(prefetch=prefetch)
+        self.mesh, self.total, self.listeners_at = mesh, total, listeners_at
+        self.received = dict.fromkeys(listeners_at, 0)
         self.ready = self.sent = 0
 
     def on_start(self, event: Any) -> None:
-        for i in range(3):
+        for i in self.listeners_at:
             conn = self.open(account(self.mesh, i, "device@iot"))
             event.container.create_receiver(conn, "broadcast", name=f"listener-{i}")
 
     def on_link_opened(self, event: Any) -> None:
         if event.link.name.startswith("listener-"):
             self.ready += 1
-            if self.ready == 3:
+            if self.ready == len(self.listeners_at):
                 conn = self.open(account(self.mesh, 0, "backend@iot"))
                 event.container.create_sender(conn, "broadcast", name="announcer")
 
@@ -92,7 +97,7 @@ class MulticastToAll(Scenario):
 
 
 def test_multicast_reaches_every_consumer_in_the_mesh(full_mesh: Mesh) -> None:
-    scenario = run(MulticastToAll(full_mesh, 1000), timeout=60)
+    scenario = run(Multicast(full_mesh, 1000, (0, 1, 2), prefetch=100), timeout=60)
     assert scenario.received == {0: 1000, 1: 1000, 2: 1000}
 
 
@@ -159,38 +164,7 @@ def test_consumer_outcomes_reach_the_producer_unchanged_across_two_hops(chain: M
     assert seen["modify"]["annotations"] == {"x-opt-reason": "try elsewhere"}
 
 
-class MulticastAcrossTheChain(Scenario):
-    """Producer on A; listeners only on B and C: A has no local consumer at all."""
-
-    def __init__(self, mesh: Mesh, total: int) -> None:
-        super().__init__(prefetch=50)
-        self.mesh, self.total = mesh, total
-        self.received = {1: 0, 2: 0}
-        self.ready = self.sent = 0
-
-    def on_start(self, event: Any) -> None:
-        for i in (1, 2):
-            conn = self.open(account(self.mesh, i, "device@iot"))
-            event.container.create_receiver(conn, "broadcast", name=f"far-{i}")
-
-    def on_link_opened(self, event: Any) -> None:
-        if event.link.name.startswith("far-"):
-            self.ready += 1
-            if self.ready == 2:
-                conn = self.open(account(self.mesh, 0, "backend@iot"))
-                event.container.create_sender(conn, "broadcast", name="announcer")
-
-    def on_sendable(self, event: Any) -> None:
-        while event.sender.credit and self.sent < self.total:
-            event.sender.send(Message(body=self.sent))
-            self.sent += 1
-
-    def on_message(self, event: Any) -> None:
-        self.received[int(event.receiver.name.rsplit("-", 1)[1])] += 1
-        if all(n == self.total for n in self.received.values()):
-            self.done()
-
-
 def test_multicast_reaches_routers_with_no_local_consumer_on_the_way(chain: Mesh) -> None:
-    scenario = run(MulticastAcrossTheChain(chain, 500), timeout=60)
+    """Announcer on A; listeners only on B and C: A has no local consumer at all."""
+    scenario = run(Multicast(chain, 500, (1, 2), prefetch=50), timeout=60)
     assert scenario.received == {1: 500, 2: 500}

@@ -9,24 +9,15 @@ from typing import Any
 
 import pytest
 from proton import Message
-from proton.utils import BlockingConnection, SyncRequestResponse
+from proton.utils import SyncRequestResponse
 
 from tests.router.conftest import account
-from tests.support.amqp import Account
 from tests.support.mesh import Mesh
 
 
 @contextmanager
 def management(mesh: Mesh, router: int, identity: str = "backend@iot") -> Iterator[Any]:
-    user = account(mesh, router, identity)
-    connection = BlockingConnection(
-        user.url,
-        user=user.identity,
-        password=user.password,
-        virtual_host=user.vhost,
-        allowed_mechs=user.mechanisms,
-        timeout=15,
-    )
+    connection = account(mesh, router, identity).blocking()
     try:
         yield SyncRequestResponse(connection, "$management")
     finally:
@@ -89,15 +80,7 @@ def test_prometheus_metrics(full_mesh: Mesh) -> None:
 
 
 def test_management_does_not_show_other_tenants(full_mesh: Mesh) -> None:
-    other = Account(full_mesh.url(0), "app@acme", full_mesh.passwords["app@acme"], "acme")
-    acme = BlockingConnection(
-        other.url,
-        user=other.identity,
-        password=other.password,
-        virtual_host="acme",
-        allowed_mechs="SCRAM-SHA-256",
-        timeout=15,
-    )
+    acme = account(full_mesh, 0, "app@acme").blocking()
     try:
         acme.create_receiver("telemetry")  # an acme address with a consumer on this router
         with management(full_mesh, 0) as client:  # backend@iot, while acme is connected

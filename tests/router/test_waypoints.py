@@ -45,7 +45,23 @@ def _broker_attached(metrics: str) -> bool:
     return bool(re.search(r'address="iot/events@0"\} 1$', metrics, re.M))
 
 
-class SendAll(Scenario):
+class OneLink(Scenario):
+    """One connection as `identity` to `router`, and one link on `address`."""
+
+    def __init__(
+        self, mesh: Mesh, router: int, identity: str, address: str, **handler_options: Any
+    ) -> None:
+        super().__init__(**handler_options)
+        self.mesh, self.router, self.identity, self.address = mesh, router, identity, address
+
+    def on_start(self, event: Any) -> None:
+        self.attach(event.container, self.open(account(self.mesh, self.router, self.identity)))
+
+    def attach(self, container: Any, connection: Any) -> None:
+        raise NotImplementedError
+
+
+class SendAll(OneLink):
     def __init__(
         self,
         mesh: Mesh,
@@ -55,15 +71,13 @@ class SendAll(Scenario):
         bodies: list[Any],
         **message: Any,
     ) -> None:
-        super().__init__()
-        self.mesh, self.router, self.identity, self.address = mesh, router, identity, address
+        super().__init__(mesh, router, identity, address)
         self.bodies, self.message = bodies, message
         self.sent = self.accepted = 0
         self.other: list[str] = []
 
-    def on_start(self, event: Any) -> None:
-        conn = self.open(account(self.mesh, self.router, self.identity))
-        event.container.create_sender(conn, self.address)
+    def attach(self, container: Any, connection: Any) -> None:
+        container.create_sender(connection, self.address)
 
     def on_sendable(self, event: Any) -> None:
         while event.sender.credit and self.sent < len(self.bodies):
@@ -84,7 +98,7 @@ class SendAll(Scenario):
         self.done()
 
 
-class Receive(Scenario):
+class Receive(OneLink):
     """Receive `count` messages; optionally release each one instead of accepting."""
 
     def __init__(
@@ -97,19 +111,15 @@ class Receive(Scenario):
         *,
         release: bool = False,
     ) -> None:
-        super().__init__(auto_accept=False)
-        self.mesh, self.router, self.identity, self.address = mesh, router, identity, address
+        super().__init__(mesh, router, identity, address, auto_accept=False)
         self.count, self.release_each = count, release
         self.bodies: list[Any] = []
-        self.delivery_counts: list[int] = []
 
-    def on_start(self, event: Any) -> None:
-        conn = self.open(account(self.mesh, self.router, self.identity))
-        event.container.create_receiver(conn, self.address)
+    def attach(self, container: Any, connection: Any) -> None:
+        container.create_receiver(connection, self.address)
 
     def on_message(self, event: Any) -> None:
         self.bodies.append(event.message.body)
-        self.delivery_counts.append(event.message.delivery_count)
         if self.release_each:
             self.release(event.delivery, delivered=False)
         else:

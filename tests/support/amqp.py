@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proton import SSLDomain
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
+from proton.utils import BlockingConnection
+
+from enmesh.clients import connect_options
 
 
 @dataclass(frozen=True)
@@ -27,23 +29,24 @@ class Account:
     ca: Path | None = None
     mechanisms: str = "SCRAM-SHA-256"
 
-    def connect(self, container: Container, **extra: Any) -> Any:
-        options: dict[str, Any] = {
-            "url": self.url,
-            "virtual_host": self.vhost,
-            "reconnect": False,
-            "sasl_enabled": True,
-            "allowed_mechs": self.mechanisms if self.identity else "ANONYMOUS",
-        }
-        if self.identity:
-            options |= {"user": self.identity, "password": self.password}
-        if self.url.startswith("amqps"):
-            domain = SSLDomain(SSLDomain.MODE_CLIENT)
-            if self.ca is not None:
-                domain.set_trusted_ca_db(str(self.ca))
-            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
-            options["ssl_domain"] = domain
-        return container.connect(**options, **extra)
+    def connect(self, container: Container) -> Any:
+        return container.connect(**self.options())
+
+    def blocking(self, timeout: float = 15) -> BlockingConnection:
+        """The same connection as a proton BlockingConnection (request/response tests)."""
+        options = self.options()
+        del options["reconnect"]  # BlockingConnection sets it itself
+        return BlockingConnection(options.pop("url"), timeout=timeout, **options)
+
+    def options(self) -> dict[str, Any]:
+        return connect_options(
+            self.url,
+            user=self.identity,
+            password=self.password,
+            vhost=self.vhost,
+            ca=self.ca,
+            mechanisms=self.mechanisms,
+        )
 
 
 class ScenarioTimeoutError(AssertionError):

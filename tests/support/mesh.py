@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,9 @@ ROUTER_BIN = Path(sys.executable).parent / "enmesh-router"
 SAMPLE_MODEL = ROOT / "stacks" / "iot.model.yml"
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.05) -> None:  # type: ignore[no-untyped-def]
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05
+) -> None:
     """Poll `condition` until true or fail after `timeout` seconds, naming `what`."""
     deadline = time.monotonic() + timeout
     while True:
@@ -211,13 +214,14 @@ def build_mesh(
         link_capacity=link_capacity,
     )
     stack, model_files = load_stack(stack_file)
-    artefacts = compile_model(stack, load_model(model_files))
+    model = load_model(model_files)
+    artefacts = compile_model(stack, model)
     config_dir = directory / "config"
     write_artefacts(artefacts, config_dir)
     state = directory / "state"
     # proton clients use the open hostname (the tenant) as TLS peer name, so the client
     # listener's certificate names every address space, as a deployment's must.
-    tenants = [tenant.name for tenant in load_model(model_files).tenants]
+    tenants = [tenant.name for tenant in model.tenants]
     pki = make_pki(
         state / "tls",
         stack_components(routers, ["broker-0"]),
