@@ -230,7 +230,7 @@ class InLink:
     def retry(self) -> None:
         """Route held messages in order, as far as destinations take them."""
         moved = False
-        while self.held and not self.closed:
+        while self.held:
             if not self.route(self.held[0]):
                 break
             self.held.popleft()
@@ -273,10 +273,20 @@ class InLink:
         self.refresh()
 
     def lost(self) -> None:
-        """The producer side is gone: its held messages cannot be settled any more."""
+        """The producer side is gone.
+
+        Unsettled messages held here can no longer be settled: they are dropped, and their
+        producer resends them. Presettled ones were handed over for good: they stay queued
+        (the link is closed, so no more arrive) until destinations take them.
+        """
         self.closed = True
-        self.held.clear()
+        self.held = deque(held for held in self.held if held.presettled)
         self.partial = None
+
+    @property
+    def drained(self) -> bool:
+        """Closed, with nothing left to deliver: it can be forgotten."""
+        return self.closed and not self.held
 
 
 @dataclass

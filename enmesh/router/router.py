@@ -533,9 +533,8 @@ class Router:
         inbound: InLink | None = getattr(link, "enmesh_in", None)
         if inbound is not None and not inbound.closed:
             inbound.lost()
-            state = self.addresses.get(inbound.key)
-            if state is not None and inbound in state.producers:
-                state.producers.remove(inbound)
+            inbound.retry()
+            self._forget_if_drained(inbound)
         for key in [k for k, s in self.addresses.items() if s.idle]:
             del self.addresses[key]
 
@@ -669,9 +668,16 @@ class Router:
     def _retry_held(self, key: str) -> None:
         state = self.addresses.get(key)
         if state is not None:
-            for inbound in state.producers:
+            for inbound in list(state.producers):
                 if inbound.held:
                     inbound.retry()
+                    self._forget_if_drained(inbound)
+
+    def _forget_if_drained(self, inbound: InLink) -> None:
+        """A producer link that is gone stays a source until its presettled messages left."""
+        state = self.addresses.get(inbound.key)
+        if inbound.drained and state is not None and inbound in state.producers:
+            state.producers.remove(inbound)
 
     def _key_changed(self, key: str) -> None:
         self._retry_key(key)
@@ -703,6 +709,7 @@ class Router:
     def _update_source(self, inbound: InLink) -> None:
         """Re-evaluate one source after a change: credit, and what it holds."""
         inbound.retry()
+        self._forget_if_drained(inbound)
         routable = self.routable(inbound)
         inbound.set_routable(routable)
         if not routable and inbound.destination_router is not None and inbound.held:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proton import Condition, Delivery, Message
+from proton.reactor import AtMostOnce
 
 from tests.router.conftest import ConsumerFirst, account
 from tests.support.amqp import Scenario, run
@@ -168,3 +169,35 @@ def test_multicast_reaches_routers_with_no_local_consumer_on_the_way(chain: Mesh
     """Announcer on A; listeners only on B and C: A has no local consumer at all."""
     scenario = run(Multicast(chain, 500, (1, 2), prefetch=50), timeout=60)
     assert scenario.received == {1: 500, 2: 500}
+
+
+class PresettledThenLeave(ConsumerFirst):
+    """A presettled producer on A sends `total` and closes at once; the consumer on C takes
+    them slowly, so most are still inside the routers when the producer is gone."""
+
+    def __init__(self, mesh: Mesh, total: int) -> None:
+        super().__init__(mesh, prefetch=5)
+        self.total = total
+        self.sent = self.received = 0
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "consumer":
+            conn = self.open(account(self.mesh, self.producer_at, "device@iot"))
+            event.container.create_sender(conn, "telemetry", name="producer", options=AtMostOnce())
+
+    def on_sendable(self, event: Any) -> None:
+        while event.sender.credit and self.sent < self.total:
+            event.sender.send(Message(body=self.sent))
+            self.sent += 1
+        if self.sent == self.total:
+            event.connection.close()  # the router took responsibility for every one
+
+    def on_message(self, event: Any) -> None:
+        self.received += 1
+        if self.received == self.total:
+            self.done()
+
+
+def test_presettled_messages_outlive_their_producer(chain: Mesh) -> None:
+    scenario = run(PresettledThenLeave(chain, 400), timeout=60)
+    assert scenario.received == 400
