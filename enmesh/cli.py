@@ -10,9 +10,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from enmesh import __version__, clients
 from enmesh.compile import CompileError, compile_stack_file, find_stack_file, write_artefacts
+from enmesh.deploy import stackctl
+from enmesh.deploy.bundle import write_bundle
+from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment
+from enmesh.deploy.secrets import ensure_secrets
+from enmesh.deploy.smoke import run_smoke
 from enmesh.model import ModelInvalidError, load_model
 
 DEFAULT_STACKS_DIR = Path("stacks")
@@ -42,6 +48,97 @@ def _cmd_render(args: argparse.Namespace) -> int:
         print(f"  {'removed':9}  {path}")
     print(f"{len(changed)} file(s) changed")
     return 0
+
+
+def _project(args: argparse.Namespace) -> stackctl.Project:
+    return stackctl.Project(args.project_dir.resolve(), args.stack)
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    return stackctl.up(_project(args), smoke=not args.no_smoke)
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    return stackctl.down(_project(args), purge=args.purge)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    return stackctl.status(_project(args))
+
+
+def _cmd_smoke(args: argparse.Namespace) -> int:
+    ok = run_smoke(_project(args).smoke_stack())
+    return 0 if ok else 1
+
+
+def _cmd_deploy_secrets(args: argparse.Namespace) -> int:
+    created = ensure_secrets(args.deploy_json, args.dir)
+    print(f"created: {', '.join(created)}" if created else "unchanged")
+    return 0
+
+
+def _cmd_deploy_bundle(args: argparse.Namespace) -> int:
+    changed = write_bundle(Path(__file__).resolve().parent.parent, args.out)
+    print("changed" if changed else "unchanged")
+    return 0
+
+
+def _cmd_deploy_sasldb(args: argparse.Namespace) -> int:
+    path, changed = ensure_from_deployment(args.config_dir)
+    print(f"{'changed' if changed else 'unchanged'}: {path}")
+    return 0
+
+
+def _stack_commands(commands: Any) -> None:
+    for name, run, summary in (
+        (
+            "up",
+            _cmd_up,
+            "bring a stack up with playbooks/site.yml, smoke-check it, print endpoints",
+        ),
+        ("down", _cmd_down, "stop a stack with playbooks/teardown.yml (broker data kept)"),
+        ("status", _cmd_status, "probe every router and broker of a stack"),
+        ("smoke", _cmd_smoke, "send one message through every address type of a running stack"),
+    ):
+        command = commands.add_parser(
+            name, help=summary, description=summary[0].upper() + summary[1:] + "."
+        )
+        command.add_argument(
+            "--stack", default="local", metavar="NAME", help="stack (default: local)"
+        )
+        command.add_argument(
+            "--project-dir",
+            type=Path,
+            default=Path(),
+            metavar="DIR",
+            help="the enmesh checkout holding stacks/ and playbooks/ (default: .)",
+        )
+        command.set_defaults(run=run)
+        if name == "up":
+            command.add_argument("--no-smoke", action="store_true", help="skip the smoke check")
+        if name == "down":
+            command.add_argument(
+                "--purge", action="store_true", help="also delete broker data (stored messages)"
+            )
+
+
+def _deploy_commands(commands: Any) -> None:
+    deploy = commands.add_parser(
+        "deploy",
+        help="steps the Ansible roles run (secrets, source bundle, SASL database)",
+        description="Idempotent deployment steps; each prints 'changed' or 'unchanged'.",
+    )
+    steps = deploy.add_subparsers(dest="step", required=True, metavar="STEP")
+    secrets = steps.add_parser("secrets", help="generate the stack's missing secrets (0600)")
+    secrets.add_argument("--deploy-json", type=Path, required=True, metavar="FILE")
+    secrets.add_argument("--dir", type=Path, required=True, metavar="DIR")
+    secrets.set_defaults(run=_cmd_deploy_secrets)
+    bundle = steps.add_parser("bundle", help="write a reproducible source archive to install")
+    bundle.add_argument("--out", type=Path, required=True, metavar="FILE")
+    bundle.set_defaults(run=_cmd_deploy_bundle)
+    sasldb = steps.add_parser("sasldb", help="build the routers' SASL database from the secrets")
+    sasldb.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
+    sasldb.set_defaults(run=_cmd_deploy_sasldb)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_options(receive)
     receive.add_argument("--count", type=int, help="stop after this many messages")
     receive.set_defaults(run=_cmd_receive)
+    _stack_commands(commands)
+    _deploy_commands(commands)
     return parser
 
 
@@ -137,7 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except ModelInvalidError as exc:
         print(f"error: {exc}", file=sys.stderr)
-    except (CompileError, FileNotFoundError, clients.ClientError) as exc:
+    except (
+        CompileError,
+        FileNotFoundError,
+        clients.ClientError,
+        stackctl.StackError,
+        SasldbError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
     except OSError as exc:
         print(f"error: {exc.strerror}: {exc.filename}", file=sys.stderr)

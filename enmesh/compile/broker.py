@@ -201,6 +201,16 @@ def rabbitmq_conf(layout: Layout, broker: str) -> str:
         "ssl_options.verify = verify_none",
         "ssl_options.fail_if_no_peer_cert = false",
         "loopback_users = none",
+        "mqtt.listeners.tcp = none",
+        f"mqtt.listeners.ssl.default = {spec.host}:{spec.mqttsPort}",
+        "mqtt.allow_anonymous = false",
+        f"mqtt.vhost = {STANDARD_BROKER_VHOST}",
+        f"prometheus.tcp.ip = {spec.host}",
+        f"prometheus.tcp.port = {spec.prometheusPort}",
+        # The CLI tools and the node talk over Erlang distribution: never off this host.
+        "distribution.listener.interface = 127.0.0.1",
+        f"distribution.listener.port_range.min = {spec.distPort}",
+        f"distribution.listener.port_range.max = {spec.distPort}",
         # Connections that do not name a vhost (`vhost:<name>`) land in the routers' one.
         f"amqp1_0.default_vhost = {STANDARD_BROKER_VHOST}",
         "amqp1_0.default_user = none",

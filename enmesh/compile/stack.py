@@ -54,6 +54,9 @@ class Broker(_Strict):
     name: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
     host: str = "127.0.0.1"
     amqpsPort: Port = 25671  # noqa: N815
+    mqttsPort: Port = 28883  # noqa: N815  (MQTT over TLS; the routers own 1883/8883 later)
+    prometheusPort: Port = 15692  # noqa: N815
+    distPort: Port = 25672  # noqa: N815  (Erlang distribution, loopback only: brokers are not clustered)
 
 
 class StackPaths(_Strict):

@@ -35,48 +35,19 @@ python-qpid-proton server using Cyrus SASL with this sasldb and config):
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
+from enmesh.deploy.sasldb import split_identity, write_sasldb
+
 CONFIG_NAME = "qdrouterd"
 
-
-def split_identity(identity: str) -> tuple[str, str]:
-    """`device@iot` -> (`device`, `iot`); both parts must be non-empty."""
-    user, sep, realm = identity.rpartition("@")
-    if not sep or not user or not realm:
-        raise ValueError(f"identity must be <username>@<realm>, got {identity!r}")
-    return user, realm
+__all__ = ["CONFIG_NAME", "make_sasldb", "split_identity"]
 
 
 def make_sasldb(path: Path, users: dict[str, str]) -> None:
-    """Create (or add to) the Cyrus sasldb at `path` with these identities and passwords.
-
-    Each password reaches `saslpasswd2` on its stdin (`-p`), never on a command line, and
-    no error message here contains it.
-    """
-    if shutil.which("saslpasswd2") is None:
-        raise RuntimeError("saslpasswd2 not found: install the Debian package sasl2-bin")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for identity, password in users.items():
-        user, realm = split_identity(identity)
-        if "\n" in password or not password:
-            raise ValueError(f"password of {identity} must be non-empty and one line")
-        result = subprocess.run(
-            ["saslpasswd2", "-f", str(path), "-c", "-p", "-u", realm, user],
-            input=password,
-            capture_output=True,
-            text=True,
-            check=False,
-            umask=0o077,
-            timeout=30,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"saslpasswd2 for {identity} failed ({result.returncode}): {result.stderr.strip()}"
-            )
-    path.chmod(0o600)
+    """Create (or add to) the Cyrus sasldb at `path`; see `enmesh.deploy.sasldb`."""
+    write_sasldb(path, users)
 
 
 def list_sasldb(path: Path) -> list[str]:

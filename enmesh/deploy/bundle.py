@@ -1,0 +1,52 @@
+"""A byte-for-byte reproducible source archive of enmesh, to install on deployed hosts.
+
+The archive changes only when a packaged file changes (sorted entries, zero
+timestamps and owners, no `__pycache__`), so the playbook's copy of it reports a change
+exactly when hosts need a new install. `pip install ARCHIVE` builds it like an sdist.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from pathlib import Path
+
+ROOT = "enmesh-src"
+TOP_LEVEL_FILES = ("pyproject.toml", "README.md")
+PACKAGE_SUFFIXES = {".py", ".typed"}
+
+
+def _members(project: Path) -> list[Path]:
+    files = [project / name for name in TOP_LEVEL_FILES]
+    files += [
+        path
+        for path in (project / "enmesh").rglob("*")
+        if path.is_file() and path.suffix in PACKAGE_SUFFIXES and "__pycache__" not in path.parts
+    ]
+    return sorted(files)
+
+
+def build_bundle(project: Path) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in _members(project):
+            data = path.read_bytes()
+            info = tarfile.TarInfo(f"{ROOT}/{path.relative_to(project).as_posix()}")
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            archive.addfile(info, io.BytesIO(data))
+    return gzip.compress(raw.getvalue(), mtime=0)
+
+
+def write_bundle(project: Path, out: Path) -> bool:
+    """Write the archive to `out` if its content changed; returns whether it did."""
+    data = build_bundle(project)
+    if out.is_file() and out.read_bytes() == data:
+        return False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(f".{out.name}.tmp")
+    temporary.write_bytes(data)
+    temporary.replace(out)
+    return True

@@ -1,0 +1,33 @@
+"""Generate the stack's missing secrets on the deployer: `<dir>/<secret>/<key>`, mode 0600.
+
+Existing secrets are never overwritten (rotating one is deleting it and deploying
+again). Values are 32 random letters and digits; nothing here prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import string
+from pathlib import Path
+
+ALPHABET = string.ascii_letters + string.digits
+LENGTH = 32
+
+
+def ensure_secrets(deploy_json: Path, directory: Path) -> list[str]:
+    """Create every secret `deploy.json` references that `directory` lacks; returns them."""
+    deployment = json.loads(deploy_json.read_text(encoding="utf-8"))
+    created = []
+    for ref in deployment["secrets"]:
+        path = directory / ref["name"] / ref["key"]
+        if path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        value = "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(value + "\n")
+        created.append(f"{ref['name']}/{ref['key']}")
+    return created
