@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STACK ?= local
 OUT ?= build/$(STACK)
 
-.PHONY: setup up down render test lint typecheck unit bench clean
+.PHONY: setup up down status render test lint typecheck unit molecule bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -15,13 +15,21 @@ setup:
 render: setup
 	@$(VENV)/bin/enmesh render --stack $(STACK) --out $(OUT)
 
-up: render
-	@echo "==> local stack rendered to $(OUT) (validated model, router configs, broker definitions, auth)"
+up: setup
+	@$(VENV)/bin/enmesh up --stack $(STACK)
+
+down: setup
+	@$(VENV)/bin/enmesh down --stack $(STACK)
+
+status: setup
+	@$(VENV)/bin/enmesh status --stack $(STACK)
 
 lint: setup
 	@echo "==> ruff"
 	@$(VENV)/bin/ruff check enmesh tests benchmarks scripts
 	@$(VENV)/bin/ruff format --check enmesh tests benchmarks scripts
+	@echo "==> ansible syntax"
+	@ANSIBLE_CONFIG=ansible.cfg $(VENV)/bin/ansible-playbook --syntax-check -i stacks/local.inventory.yml playbooks/*.yml >/dev/null
 
 typecheck: setup
 	@echo "==> mypy --strict enmesh"
@@ -31,7 +39,13 @@ unit: setup
 	@echo "==> pytest"
 	@$(VENV)/bin/pytest -q
 
-test: lint typecheck unit
+# molecule's default scenario: the whole local stack, a second converge that must change
+# nothing, the tests/e2e suite, then teardown (broker data purged).
+molecule: setup
+	@echo "==> molecule test (scenario default: the local stack)"
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/molecule test -s default
+
+test: lint typecheck unit molecule
 
 bench: setup
 	@$(PY) benchmarks/compile_scale.py

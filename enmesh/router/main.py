@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         for listener in config.listeners:
             if listener.http and listener.metrics:
                 MetricsServer(loop, router, listener.host, listener.port)
+    except RouterConfigError as exc:  # e.g. a connector's password file is unreadable
+        print(f"enmesh-router: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(
             f"enmesh-router: cannot listen: {exc.strerror} ({exc.filename or ''})".rstrip(),

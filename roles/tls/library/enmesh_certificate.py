@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
-import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -19,21 +19,31 @@ description:
     within C(renew_before_days), does not verify against the CA (the CA changed), or
     does not carry exactly the requested names. Otherwise nothing changes.
   - Uses the openssl command line tool only. Supports check mode.
+  - One call keeps a list of certificates (C(certificates)) valid, so a host's set costs
+    one module run.
 options:
-  path: {description: Certificate file (PEM)., type: path, required: true}
-  privatekey_path: {description: Private key file (PEM, PKCS#8)., type: path, required: true}
-  common_name: {description: Subject CN., type: str, required: true}
-  dns_names: {description: subjectAltName DNS entries., type: list, elements: str, default: []}
-  ip_addresses: {description: subjectAltName IP entries., type: list, elements: str, default: []}
-  ca_cert: {description: CA certificate; omit to make a CA., type: path}
+  certificates:
+    description: The certificates, each with the options below.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name: {description: File stem; the files are DIRECTORY/NAME.crt and NAME.key., type: str, required: true}
+      common_name: {description: Subject CN (default NAME)., type: str}
+      dnsNames:
+        description: subjectAltName DNS entries; those that are IP addresses are added as IP entries too.
+        type: list
+        elements: str
+        default: []
+  directory: {description: Where the keys and certificates are kept., type: path, required: true}
+  ca_cert: {description: CA certificate; omit to make CAs (self-signed)., type: path}
   ca_privatekey: {description: CA private key., type: path}
   valid_days: {description: Validity of a new certificate., type: int, default: 365}
   renew_before_days: {description: Issue again when it expires sooner than this., type: int, default: 30}
 """
 
 RETURN = r"""
-reasons: {description: Why the certificate was (or would be) issued., type: list, returned: always}
-not_after: {description: Expiry of the certificate now in place., type: str, returned: success}
+issued: {description: Per issued (or, in check mode, due) certificate, its path and why., type: list, returned: always}
 """
 
 
@@ -139,14 +149,42 @@ def issue(openssl: Openssl, params: dict, new_key: bool) -> None:
             os.unlink(temporary)
 
 
+CERTIFICATE_SPEC = {
+    "name": {"type": "str", "required": True},
+    "common_name": {"type": "str"},
+    "dnsNames": {"type": "list", "elements": "str", "default": []},
+    # Where hosts install them (deploy.json lists them too); not used here.
+    "cert": {"type": "path"},
+    "key": {"type": "path", "no_log": False},
+}
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _request(directory: str, certificate: dict) -> dict:
+    names = certificate["dnsNames"]
+    return {
+        "path": os.path.join(directory, certificate["name"] + ".crt"),
+        "privatekey_path": os.path.join(directory, certificate["name"] + ".key"),
+        "common_name": certificate["common_name"] or certificate["name"],
+        "dns_names": names,
+        "ip_addresses": [name for name in names if _is_ip(name)],
+    }
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "required": True},
-            "privatekey_path": {"type": "path", "required": True, "no_log": False},
-            "common_name": {"type": "str", "required": True},
-            "dns_names": {"type": "list", "elements": "str", "default": []},
-            "ip_addresses": {"type": "list", "elements": "str", "default": []},
+            "certificates": {
+                "type": "list", "elements": "dict", "required": True, "options": CERTIFICATE_SPEC
+            },
+            "directory": {"type": "path", "required": True},
             "ca_cert": {"type": "path"},
             "ca_privatekey": {"type": "path", "no_log": False},
             "valid_days": {"type": "int", "default": 365},
@@ -155,16 +193,17 @@ def main() -> None:
         required_together=[("ca_cert", "ca_privatekey")],
         supports_check_mode=True,
     )
-    params = module.params
+    shared = {k: v for k, v in module.params.items() if k not in ("certificates", "directory")}
     openssl = Openssl(module)
-    reasons = reasons_to_issue(openssl, params)
-    if reasons and not module.check_mode:
-        issue(openssl, params, new_key=not os.path.exists(params["privatekey_path"]))
-    not_after = ""
-    if os.path.exists(params["path"]):
-        _, out, _ = openssl.run("x509", "-in", params["path"], "-noout", "-enddate")
-        not_after = re.sub(r"^notAfter=", "", out.strip())
-    module.exit_json(changed=bool(reasons), reasons=reasons, not_after=not_after)
+    issued = []
+    for certificate in module.params["certificates"]:
+        params = {**shared, **_request(module.params["directory"], certificate)}
+        reasons = reasons_to_issue(openssl, params)
+        if reasons:
+            issued.append({"path": params["path"], "reasons": reasons})
+            if not module.check_mode:
+                issue(openssl, params, new_key=not os.path.exists(params["privatekey_path"]))
+    module.exit_json(changed=bool(issued), issued=issued)
 
 
 if __name__ == "__main__":
