@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ SMOKE_SUBJECT = "enmesh-smoke"
 
 class SmokeError(Exception):
     """A check failed; the message names the address, the routers and the cause."""
+
+
+class NotApplicable(Exception):  # noqa: N818 (a reason to skip, not an error)
+    """The model gives no user the rights this check needs."""
 
 
 @dataclass(frozen=True)
@@ -118,16 +123,29 @@ def _message(nonce: str) -> Message:
     return Message(body=f"smoke {nonce}", subject=SMOKE_SUBJECT, durable=True)
 
 
-def _expect(receiver: BlockingReceiver, nonce: str, where: str) -> None:
-    """Receive the message carrying `nonce`; release anything else and fail."""
-    message = receiver.receive(timeout=TIMEOUT)
-    if message.body != f"smoke {nonce}":
-        receiver.release(delivered=False)
-        raise SmokeError(
-            f"{where}: found a message that is not the smoke check's (left in place); "
-            "the address holds older messages: consume them, then run the check again"
-        )
-    receiver.accept()
+def _expect(
+    receiver: BlockingReceiver,
+    nonce: str,
+    where: str,
+    settle: Callable[[], None] | None = None,
+) -> None:
+    """Receive the message carrying `nonce`.
+
+    Earlier smoke messages (e.g. a topic check's copy in a subscription) are consumed;
+    anyone else's message is released, left in place, and the check fails.
+    """
+    while True:
+        message = receiver.receive(timeout=TIMEOUT)
+        if message.body == f"smoke {nonce}":
+            (settle or receiver.accept)()
+            return
+        if message.subject != SMOKE_SUBJECT:
+            receiver.release(delivered=False)
+            raise SmokeError(
+                f"{where}: found a message that is not the smoke check's (left in place); "
+                "the address holds older messages: consume them, then run the check again"
+            )
+        receiver.accept()
 
 
 @dataclass
@@ -165,7 +183,7 @@ class SmokeCheck:
         sender, receiver = access.sender(send_to), access.receiver(receive_from)
         if sender is None or receiver is None:
             missing = "send to" if sender is None else "receive from"
-            raise LookupError(
+            raise NotApplicable(
                 f"no user may {missing} {send_to if sender is None else receive_from}"
             )
         return sender, receiver
@@ -175,13 +193,30 @@ class SmokeCheck:
             connection.create_sender(address).send(message, timeout=TIMEOUT)
 
     def _pass_through(self, space: str, send_to: str, receive_from: str, access: Access) -> str:
-        """Attach a receiver on the last router, send through the first, expect the nonce."""
+        """Attach a receiver on the last router, send through the first, expect the nonce.
+
+        The send runs in its own thread: on a direct address the sender's delivery is
+        settled only when the receiver accepts it (settlement travels end to end), and
+        that is checked too: the sender must see `accepted`.
+        """
         sender, receiver_user = self._users(access, send_to, receive_from)
         nonce = secrets.token_hex(8)
+        failures: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                self._send(space, sender, send_to, _message(nonce))
+            except BaseException as exc:  # reported by the main thread
+                failures.append(exc)
+
         with self.stack.connect(self.urls[-1], receiver_user, space) as connection:
             receiver = connection.create_receiver(receive_from, credit=1)
-            self._send(space, sender, send_to, _message(nonce))
+            sending = threading.Thread(target=send, name="smoke-sender", daemon=True)
+            sending.start()
             _expect(receiver, nonce, f"{space}/{receive_from}")
+            _pump_until_done(connection, sending)
+        if failures:
+            raise SmokeError(f"{space}/{send_to}: sending failed: {failures[0]}")
         return f"{self.urls[0]} -> {self.urls[-1]}"
 
     def _anycast(self, space: str, entry: dict[str, str], access: Access) -> str:
@@ -230,34 +265,41 @@ class SmokeCheck:
             None,
         )
         if feeding is None:
-            raise LookupError(f"no queue names {dlq} as its dead-letter address")
+            raise NotApplicable(f"no queue names {dlq} as its dead-letter address")
         queue = feeding["address"]
         sender, receiver_user = self._users(access, queue, queue)
         if access.receiver(dlq) is None:
-            raise LookupError(f"no user may receive from {dlq}")
+            raise NotApplicable(f"no user may receive from {dlq}")
         nonce = secrets.token_hex(8)
         self._send(space, sender, queue, _message(nonce))
         with self.stack.connect(self.urls[-1], receiver_user, space) as connection:
             receiver = connection.create_receiver(queue, credit=1)
-            message = receiver.receive(timeout=TIMEOUT)
-            if message.body != f"smoke {nonce}":
-                receiver.release(delivered=False)
-                raise SmokeError(f"{space}/{queue}: holds older messages; consume them first")
-            receiver.reject()
+            _expect(receiver, nonce, f"{space}/{queue}", settle=receiver.reject)
         with self.stack.connect(self.urls[-1], access.receiver(dlq) or "", space) as connection:
             _expect(connection.create_receiver(dlq, credit=1), nonce, f"{space}/{dlq}")
         return f"{queue} rejected -> {dlq}"
 
 
+def _pump_until_done(connection: BlockingConnection, sending: threading.Thread) -> None:
+    """Keep this connection's I/O going (the accept must reach the sender) until it is done.
+
+    Nothing wakes this connection's loop when the other thread finishes, so it is run
+    in short slices.
+    """
+    deadline = time.monotonic() + TIMEOUT
+    while sending.is_alive() and time.monotonic() < deadline:
+        with suppress(Timeout):
+            connection.wait(lambda: not sending.is_alive(), timeout=0.05)
+
+
 def _drain_smoke(receiver: BlockingReceiver) -> bool:
-    """Accept whatever multicast copies arrived; true if at least one did."""
+    """Take whatever multicast copies arrived (presettled: nothing to accept)."""
     got = False
     while True:
         try:
             receiver.receive(timeout=0.2)
         except Timeout:  # nothing more for now
             return got
-        receiver.accept()
         got = True
 
 
@@ -269,7 +311,7 @@ def run_smoke(stack: Stack, report: Callable[[str], None] = print) -> bool:
         label = f"{check.kind:<12} {check.space}/{check.address}"
         try:
             detail = check.run()
-        except LookupError as exc:
+        except NotApplicable as exc:
             report(f"  skip  {label}: {exc}")
             continue
         except Exception as exc:
