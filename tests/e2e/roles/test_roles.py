@@ -44,7 +44,8 @@ def test_router_mesh_is_complete(host: Any, deployment: dict[str, Any]) -> None:
         assert host.supervisor(f"enmesh-router-{router['id']}").is_running
         url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
         metrics = host.check_output(
-            f"python3 -c 'import urllib.request; print(urllib.request.urlopen(\"{url}\").read().decode())'"
+            "python3 -c 'import sys, urllib.request; "
+            f"print(urllib.request.urlopen(sys.argv[1]).read().decode())' {url}"
         )
         expected = len(deployment["routers"]) - 1
         lines = [
