@@ -26,8 +26,8 @@ status: setup
 
 lint: setup
 	@echo "==> ruff"
-	@$(VENV)/bin/ruff check enmesh tests benchmarks scripts
-	@$(VENV)/bin/ruff format --check enmesh tests benchmarks scripts
+	@$(VENV)/bin/ruff check enmesh tests benchmarks scripts roles
+	@$(VENV)/bin/ruff format --check enmesh tests benchmarks scripts roles
 	@echo "==> ansible syntax"
 	@ANSIBLE_CONFIG=ansible.cfg $(VENV)/bin/ansible-playbook --syntax-check -i stacks/local.inventory.yml playbooks/*.yml >/dev/null
 

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 class SasldbError(RuntimeError):
@@ -64,11 +65,11 @@ def _digest(users: Mapping[str, str]) -> str:
     return digest.hexdigest()
 
 
-def read_users(deployment: Mapping[str, object], secrets_dir: Path) -> dict[str, str]:
+def read_users(deployment: Mapping[str, Any], secrets_dir: Path) -> dict[str, str]:
     """Identity -> password for every user in `deploy.json`, from `<secrets>/<name>/<key>`."""
     users: dict[str, str] = {}
-    secrets = {s["name"]: s for s in deployment["secrets"]}  # type: ignore[attr-defined]
-    for user in deployment["users"]:  # type: ignore[attr-defined]
+    secrets = {s["name"]: s for s in deployment["secrets"]}
+    for user in deployment["users"]:
         ref = secrets[user["secret"]]
         file = secrets_dir / ref["name"] / ref["key"]
         try:

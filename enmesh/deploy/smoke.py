@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from proton import Message, Timeout
 from proton.utils import BlockingConnection, BlockingReceiver
 
 from enmesh.clients import connect_options
+from enmesh.router.policy import Vhost, VhostGroup, parse_policy_file
 
 TIMEOUT = 30.0
 SMOKE_SUBJECT = "enmesh-smoke"
@@ -49,38 +51,27 @@ class NotApplicable(Exception):  # noqa: N818 (a reason to skip, not an error)
 
 @dataclass(frozen=True)
 class Access:
-    """Who may do what in one space, from `auth/policies/<space>.json`."""
+    """Who may do what in one space: the compiled vhost policy, read as the router reads it."""
 
-    sources: dict[str, list[str]]  # identity -> address patterns it may receive from
-    targets: dict[str, list[str]]  # identity -> address patterns it may send to
+    vhost: Vhost
 
     @staticmethod
     def load(policy_file: Path) -> Access:
-        sources: dict[str, list[str]] = {}
-        targets: dict[str, list[str]] = {}
-        for _kind, vhost in json.loads(policy_file.read_text(encoding="utf-8")):
-            for group in vhost["groups"].values():
-                users = [u.strip() for u in group.get("users", "").split(",") if u.strip()]
-                for user in users:
-                    sources[user] = [p.strip() for p in group["sources"].split(",")]
-                    targets[user] = [p.strip() for p in group["targets"].split(",")]
-        return Access(sources, targets)
+        (vhost,) = parse_policy_file(json.loads(policy_file.read_text(encoding="utf-8")))
+        return Access(vhost)
 
-    @staticmethod
-    def _first(grants: dict[str, list[str]], address: str) -> str | None:
-        for user in sorted(grants):
-            for pattern in grants[user]:
-                if pattern == address or (
-                    pattern.endswith("*") and address.startswith(pattern[:-1])
-                ):
-                    return user
+    def _first(self, allowed: Callable[[VhostGroup, str], bool], address: str) -> str | None:
+        for user in sorted(u for g in self.vhost.groups.values() for u in g.users):
+            group = self.vhost.group_for(user)
+            if group is not None and allowed(group, address):
+                return user
         return None
 
     def receiver(self, address: str) -> str | None:
-        return self._first(self.sources, address)
+        return self._first(VhostGroup.allows_source, address)
 
     def sender(self, address: str) -> str | None:
-        return self._first(self.targets, address)
+        return self._first(VhostGroup.allows_target, address)
 
 
 @dataclass(frozen=True)
@@ -99,7 +90,8 @@ class Stack:
     def password(self, identity: str) -> str:
         user = next(u for u in self.deployment["users"] if u["identity"] == identity)
         ref = next(s for s in self.deployment["secrets"] if s["name"] == user["secret"])
-        return str((self.secrets_dir / ref["name"] / ref["key"]).read_text()).rstrip("\r\n")
+        secret: Path = self.secrets_dir / ref["name"] / ref["key"]
+        return secret.read_text(encoding="utf-8").rstrip("\r\n")
 
     @contextmanager
     def connect(self, url: str, identity: str, space: str) -> Iterator[BlockingConnection]:
@@ -172,12 +164,7 @@ class SmokeCheck:
             first = by_space[space]
             for kind, entry in sorted(first.items()):
                 runner = getattr(self, f"_{kind}")
-                yield Check(kind, space, entry["address"], self._bind(runner, space, entry, access))
-
-    def _bind(
-        self, runner: Callable[..., str], space: str, entry: dict[str, str], access: Access
-    ) -> Callable[[], str]:
-        return lambda: runner(space, entry, access)
+                yield Check(kind, space, entry["address"], partial(runner, space, entry, access))
 
     def _users(self, access: Access, send_to: str, receive_from: str) -> tuple[str, str]:
         sender, receiver = access.sender(send_to), access.receiver(receive_from)

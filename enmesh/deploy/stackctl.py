@@ -18,6 +18,7 @@ import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,11 @@ class Project:
     @property
     def build_dir(self) -> Path:
         return self.root / "build" / self.stack
+
+    @cached_property
+    def deployment(self) -> dict[str, Any]:
+        """The rendered stack's deploy.json (read once)."""
+        return dict(json.loads((self.build_dir / "deploy.json").read_text(encoding="utf-8")))
 
     def playbook(self, name: str, *extra: str) -> int:
         """Run a playbook, streaming Ansible's output; returns the number of changes."""
@@ -164,9 +170,8 @@ def up(project: Project, *, smoke: bool) -> int:
                 "the smoke check failed (above); see `enmesh status --stack "
                 f"{project.stack}` and the logs in /var/log/enmesh"
             )
-    deployment = json.loads((project.build_dir / "deploy.json").read_text(encoding="utf-8"))
     print()
-    print(describe(project.endpoints(), deployment, project.build_dir))
+    print(describe(project.endpoints(), project.deployment, project.build_dir))
     return 0
 
 
@@ -198,7 +203,7 @@ def _reachable_routers(host: str, port: int) -> int | None:
 
 
 def status(project: Project) -> int:
-    deployment = json.loads((project.build_dir / "deploy.json").read_text(encoding="utf-8"))
+    deployment = project.deployment
     healthy = True
     expected_peers = len(deployment["routers"]) - 1
     for router in deployment["routers"]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from proton.utils import BlockingConnection
 
 from enmesh.clients import connect_options
 from enmesh.deploy.smoke import Stack, run_smoke
+from tests.support.mesh import wait_until
 
 ROUTER_BROKER_PORTS = ("amqps", "mqtts", "prometheus")
 WILDCARDS = {"0.0.0.0", "::", "[::]"}
@@ -97,6 +100,17 @@ def test_plain_amqp_is_refused_where_tls_is_required(
         assert not answer.startswith(b"AMQP"), f"broker {broker['name']} speaks plaintext AMQP"
 
 
+def _broker_connections(router: dict[str, Any]) -> int:
+    """Open route-container (broker) connections, from the router's /metrics."""
+    url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    found = re.search(
+        r'^enmesh_router_connections\{[^}]*role="route-container"\} (\d+)', text, re.M
+    )
+    return int(found[1]) if found else 0
+
+
 def _connect(stack: Stack, url: str, user: str, password: str, vhost: str) -> BlockingConnection:
     options = connect_options(
         url, user=user, password=password, vhost=vhost, ca=stack.ca, mechanisms="SCRAM-SHA-256"
@@ -147,20 +161,22 @@ def test_queue_messages_survive_a_broker_restart(
     assert restart.rc == 0, restart.stderr
     host.run_test("rabbitmqctl --node rabbit@localhost await_startup --timeout 120")
 
+    # Ready again when every router has its broker connection back (they retry with backoff).
+    for router in deployment["routers"]:
+        wait_until(
+            lambda router=router: _broker_connections(router) > 0,
+            timeout=90,
+            what=f"{router['id']} to reconnect to the broker",
+            interval=0.2,
+        )
     device = stack.password("device@iot")
     received: list[str] = []
-    deadline = time.monotonic() + 90
-    while len(received) < len(bodies) and time.monotonic() < deadline:
-        # The routers reconnect to the broker with backoff: retry until the queue answers.
-        try:
-            consumer = _connect(stack, stack.urls[-1], "device@iot", device, "iot")
-            receiver = consumer.create_receiver("commands", credit=50)
-            while len(received) < len(bodies):
-                message = receiver.receive(timeout=10)
-                receiver.accept()
-                if str(message.body).startswith("durable"):
-                    received.append(str(message.body))
-            consumer.close()
-        except Exception:
-            time.sleep(0.5)  # backoff between reconnect attempts, not a readiness wait
+    consumer = _connect(stack, stack.urls[-1], "device@iot", device, "iot")
+    receiver = consumer.create_receiver("commands", credit=50)
+    while len(received) < len(bodies):
+        message = receiver.receive(timeout=30)
+        receiver.accept()
+        if str(message.body).startswith("durable"):
+            received.append(str(message.body))
+    consumer.close()
     assert sorted(received) == sorted(bodies)

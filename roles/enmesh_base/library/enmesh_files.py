@@ -7,6 +7,7 @@ import grp
 import os
 import pwd
 import tempfile
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -22,7 +23,11 @@ description:
     tasks carrying secrets. Supports check mode.
 options:
   dest: {description: Destination paths., type: list, elements: path, required: true}
-  content: {description: Texts to write, one per destination (same order)., type: list, elements: str, required: true}
+  content:
+    description: Texts to write, one per destination (same order).
+    type: list
+    elements: str
+    required: true
   owner: {description: Owner of every file., type: str, default: root}
   group: {description: Group of every file., type: str, default: root}
   mode: {description: Octal mode of every file, e.g. "0640"., type: str, default: "0644"}
@@ -31,9 +36,11 @@ options:
 """
 
 RETURN = r"""
-changed_paths: {description: Files whose content or attributes changed (or would)., type: list, returned: always}
+changed_paths:
+  description: Files whose content or attributes changed (or would).
+  type: list
+  returned: always
 """
-
 
 
 def _ids(module: AnsibleModule, owner: str, group: str) -> tuple[int, int]:
@@ -45,28 +52,28 @@ def _ids(module: AnsibleModule, owner: str, group: str) -> tuple[int, int]:
 
 
 def _make_parents(module: AnsibleModule, spec: dict) -> None:
-    missing = []
-    parent = os.path.dirname(spec["path"])
-    while parent and not os.path.isdir(parent):
-        missing.append(parent)
-        parent = os.path.dirname(parent)
+    missing = [p for p in Path(spec["path"]).parents if not p.is_dir()]
     _, gid = _ids(module, "root", spec["directory_group"])
+    mode = int(spec["directory_mode"], 8)
     for directory in reversed(missing):
-        os.mkdir(directory, int(spec["directory_mode"], 8))
+        directory.mkdir(mode)
         os.chown(directory, 0, gid)
-        os.chmod(directory, int(spec["directory_mode"], 8))
+        directory.chmod(mode)  # mkdir's mode is filtered by the umask
 
 
 def install(module: AnsibleModule, spec: dict) -> bool:
-    path = spec["path"]
+    path = Path(spec["path"])
     uid, gid = _ids(module, spec["owner"], spec["group"])
     mode = int(spec["mode"], 8)
     data = spec["content"].encode()
     try:
-        with open(path, "rb") as handle:
-            same_content = handle.read() == data
-        status = os.stat(path)
-        same_attributes = (status.st_uid, status.st_gid, status.st_mode & 0o7777) == (uid, gid, mode)
+        same_content = path.read_bytes() == data
+        status = path.stat()
+        same_attributes = (status.st_uid, status.st_gid, status.st_mode & 0o7777) == (
+            uid,
+            gid,
+            mode,
+        )
     except FileNotFoundError:
         same_content = same_attributes = False
     if same_content and same_attributes:
@@ -75,18 +82,18 @@ def install(module: AnsibleModule, spec: dict) -> bool:
         return True
     _make_parents(module, spec)
     if not same_content:
-        descriptor, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".enmesh-")
+        descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=".enmesh-")
+        temporary = Path(name)
         try:
             os.fchmod(descriptor, mode)
             os.fchown(descriptor, uid, gid)
             with os.fdopen(descriptor, "wb") as handle:
                 handle.write(data)
-            os.replace(temporary, path)
+            temporary.replace(path)
         finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
+            temporary.unlink(missing_ok=True)
     os.chown(path, uid, gid)
-    os.chmod(path, mode)
+    path.chmod(mode)
     return True
 
 
@@ -105,11 +112,13 @@ def main() -> None:
     )
     params = module.params
     if len(params["dest"]) != len(params["content"]):
-        module.fail_json(msg=f"{len(params['dest'])} destinations but {len(params['content'])} contents")
+        module.fail_json(
+            msg=f"{len(params['dest'])} destinations but {len(params['content'])} contents"
+        )
     shared = {k: v for k, v in params.items() if k not in ("dest", "content")}
     specs = [
         {**shared, "path": path, "content": text}
-        for path, text in zip(params["dest"], params["content"])
+        for path, text in zip(params["dest"], params["content"], strict=True)
     ]
     changed = [spec["path"] for spec in specs if install(module, spec)]
     module.exit_json(changed=bool(changed), changed_paths=changed)

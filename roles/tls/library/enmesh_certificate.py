@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import tempfile
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -28,22 +29,33 @@ options:
     elements: dict
     required: true
     suboptions:
-      name: {description: File stem; the files are DIRECTORY/NAME.crt and NAME.key., type: str, required: true}
+      name:
+        description: File stem; the files are DIRECTORY/NAME.crt and DIRECTORY/NAME.key.
+        type: str
+        required: true
       common_name: {description: Subject CN (default NAME)., type: str}
       dnsNames:
-        description: subjectAltName DNS entries; those that are IP addresses are added as IP entries too.
+        description: subjectAltName DNS entries; IP addresses among them also become IP entries.
         type: list
         elements: str
         default: []
+      cert: {description: Where hosts install the certificate (ignored here)., type: path}
+      key: {description: Where hosts install the key (ignored here)., type: path}
   directory: {description: Where the keys and certificates are kept., type: path, required: true}
   ca_cert: {description: CA certificate; omit to make CAs (self-signed)., type: path}
   ca_privatekey: {description: CA private key., type: path}
   valid_days: {description: Validity of a new certificate., type: int, default: 365}
-  renew_before_days: {description: Issue again when it expires sooner than this., type: int, default: 30}
+  renew_before_days:
+    description: Issue again when it expires sooner than this.
+    type: int
+    default: 30
 """
 
 RETURN = r"""
-issued: {description: Per issued (or, in check mode, due) certificate, its path and why., type: list, returned: always}
+issued:
+  description: Per issued (or, in check mode, due) certificate, its path and why.
+  type: list
+  returned: always
 """
 
 
@@ -79,9 +91,9 @@ def _public_key(openssl: Openssl, *args: str) -> str:
 
 def reasons_to_issue(openssl: Openssl, params: dict) -> list[str]:
     path, key = params["path"], params["privatekey_path"]
-    if not os.path.exists(key):
+    if not Path(key).exists():
         return ["no private key"]
-    if not os.path.exists(path):
+    if not Path(path).exists():
         return ["no certificate"]
     reasons = []
     if _public_key(openssl, "x509", "-in", path, "-noout", "-pubkey") != _public_key(
@@ -103,50 +115,76 @@ def reasons_to_issue(openssl: Openssl, params: dict) -> list[str]:
     return reasons
 
 
-def issue(openssl: Openssl, params: dict, new_key: bool) -> None:
-    path, key = params["path"], params["privatekey_path"]
-    directory = os.path.dirname(path) or "."
-    if new_key:
-        old = os.umask(0o077)
-        try:
-            openssl.run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-                        "-out", key)
-        finally:
-            os.umask(old)
-    os.chmod(key, 0o600)
-    subject = f"/CN={params['common_name']}"
-    days = str(params["valid_days"])
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".cert-")
-    os.close(fd)
+LEAF_EXTENSIONS = (
+    "basicConstraints=critical,CA:FALSE\n"
+    "keyUsage=critical,digitalSignature,keyEncipherment\n"
+    "extendedKeyUsage=serverAuth,clientAuth\n"
+)
+
+
+def _new_key(openssl: Openssl, key: Path) -> None:
+    old = os.umask(0o077)
     try:
+        openssl.run(
+            "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key)
+        )
+    finally:
+        os.umask(old)
+
+
+def issue(openssl: Openssl, params: dict, new_key: bool) -> None:
+    """Write a new certificate (and key, if asked) next to the old one, then swap it in."""
+    path, key = Path(params["path"]), Path(params["privatekey_path"])
+    if new_key:
+        _new_key(openssl, key)
+    key.chmod(0o600)
+    subject, days = f"/CN={params['common_name']}", str(params["valid_days"])
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".issue-") as work:
+        fresh = Path(work) / "cert.pem"
         if not params["ca_cert"]:
-            openssl.run("req", "-x509", "-new", "-key", key, "-subj", subject, "-days", days,
-                        "-addext", "basicConstraints=critical,CA:TRUE",
-                        "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", temporary)
+            openssl.run(
+                "req",
+                "-x509",
+                "-new",
+                "-key",
+                str(key),
+                "-subj",
+                subject,
+                "-days",
+                days,
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+                "-out",
+                str(fresh),
+            )
         else:
             names = ",".join(sorted(_wanted_names(params))).replace("IP Address:", "IP:")
-            fd, csr = tempfile.mkstemp(dir=directory, prefix=".csr-")
-            os.close(fd)
-            fd, ext = tempfile.mkstemp(dir=directory, prefix=".ext-")
-            with os.fdopen(fd, "w") as handle:
-                handle.write("basicConstraints=critical,CA:FALSE\n"
-                             "keyUsage=critical,digitalSignature,keyEncipherment\n"
-                             "extendedKeyUsage=serverAuth,clientAuth\n"
-                             f"subjectAltName={names}\n")
-            try:
-                openssl.run("req", "-new", "-key", key, "-subj", subject, "-out", csr)
-                openssl.run("x509", "-req", "-in", csr, "-CA", params["ca_cert"],
-                            "-CAkey", params["ca_privatekey"], "-set_serial",
-                            str(int.from_bytes(os.urandom(8), "big")), "-days", days,
-                            "-extfile", ext, "-out", temporary)
-            finally:
-                os.unlink(csr)
-                os.unlink(ext)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+            extensions = Path(work) / "extensions.cnf"
+            extensions.write_text(f"{LEAF_EXTENSIONS}subjectAltName={names}\n")
+            request = Path(work) / "request.pem"
+            openssl.run("req", "-new", "-key", str(key), "-subj", subject, "-out", str(request))
+            openssl.run(
+                "x509",
+                "-req",
+                "-in",
+                str(request),
+                "-CA",
+                params["ca_cert"],
+                "-CAkey",
+                params["ca_privatekey"],
+                "-set_serial",
+                str(int.from_bytes(os.urandom(8), "big")),
+                "-days",
+                days,
+                "-extfile",
+                str(extensions),
+                "-out",
+                str(fresh),
+            )
+        fresh.chmod(0o644)
+        fresh.replace(path)
 
 
 CERTIFICATE_SPEC = {
@@ -170,8 +208,8 @@ def _is_ip(name: str) -> bool:
 def _request(directory: str, certificate: dict) -> dict:
     names = certificate["dnsNames"]
     return {
-        "path": os.path.join(directory, certificate["name"] + ".crt"),
-        "privatekey_path": os.path.join(directory, certificate["name"] + ".key"),
+        "path": str(Path(directory, certificate["name"] + ".crt")),
+        "privatekey_path": str(Path(directory, certificate["name"] + ".key")),
         "common_name": certificate["common_name"] or certificate["name"],
         "dns_names": names,
         "ip_addresses": [name for name in names if _is_ip(name)],
@@ -182,7 +220,10 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "certificates": {
-                "type": "list", "elements": "dict", "required": True, "options": CERTIFICATE_SPEC
+                "type": "list",
+                "elements": "dict",
+                "required": True,
+                "options": CERTIFICATE_SPEC,
             },
             "directory": {"type": "path", "required": True},
             "ca_cert": {"type": "path"},
@@ -202,7 +243,7 @@ def main() -> None:
         if reasons:
             issued.append({"path": params["path"], "reasons": reasons})
             if not module.check_mode:
-                issue(openssl, params, new_key=not os.path.exists(params["privatekey_path"]))
+                issue(openssl, params, new_key=not Path(params["privatekey_path"]).exists())
     module.exit_json(changed=bool(issued), issued=issued)
 
 
