@@ -40,6 +40,7 @@ def _certificate(layout: Layout, component: str, names: list[str]) -> dict[str, 
 
 def _routers(layout: Layout) -> list[dict[str, Any]]:
     spaces = [t.name for t in layout.standard_tenants]
+    client_names = [*spaces, *layout.stack.spec.routers.clientDnsNames]
     return [
         {
             "id": r.id,
@@ -53,7 +54,7 @@ def _routers(layout: Layout) -> list[dict[str, Any]]:
                 "metrics": r.metrics_port,
             },
             "certificates": [
-                _certificate(layout, f"router-{r.index}-client", _names(r.host, *spaces)),
+                _certificate(layout, f"router-{r.index}-client", _names(r.host, *client_names)),
                 _certificate(layout, f"router-{r.index}-inter-router", _names(r.host, r.id)),
             ],
         }

@@ -53,11 +53,12 @@ def _client_mechanisms(layout: Layout, tls: bool) -> tuple[list[str], bool]:
 
 def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
     capacity = layout.stack.spec.routers.linkCapacity
+    host = layout.stack.spec.routers.listenHost or router.host
     for name, port, tls in (("amqp", router.amqp_port, False), ("amqps", router.amqps_port, True)):
         mechanisms, authenticate = _client_mechanisms(layout, tls)
         attributes: dict[str, object] = {
             "name": name,
-            "host": router.host,
+            "host": host,
             "port": port,
             "role": "normal",
             "authenticatePeer": authenticate,
@@ -72,7 +73,7 @@ def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
         "listener",
         {
             "name": "inter-router",
-            "host": router.host,
+            "host": host,
             "port": router.inter_router_port,
             "role": "inter-router",
             "sslProfile": INTER_ROUTER_TLS,
@@ -85,7 +86,7 @@ def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
         "listener",
         {
             "name": "metrics",
-            "host": router.host,
+            "host": host,
             "port": router.metrics_port,
             "role": "normal",
             "http": True,

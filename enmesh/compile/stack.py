@@ -48,6 +48,18 @@ class Routers(_Strict):
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], min_length=1)
     ports: RouterPorts = Field(default_factory=RouterPorts)
     linkCapacity: Annotated[int, Field(strict=True, ge=1)] = 250  # noqa: N815
+    # Kubernetes: routers bind every interface of their pod while peers reach them by
+    # the pod's DNS name (`hosts`); clients may use further names (load balancer, DNS).
+    listenHost: str | None = None  # noqa: N815
+    clientDnsNames: list[str] = Field(default_factory=list)  # noqa: N815
+
+
+class PeerDiscovery(_Strict):
+    """RabbitMQ nodes of one broker find each other through a headless Kubernetes Service."""
+
+    service: str
+    namespace: str
+    clusterDomain: str = "cluster.local"  # noqa: N815
 
 
 class Broker(_Strict):
@@ -56,7 +68,9 @@ class Broker(_Strict):
     amqpsPort: Port = 25671  # noqa: N815
     mqttsPort: Port = 28883  # noqa: N815  (MQTT over TLS; the routers own 1883/8883 later)
     prometheusPort: Port = 15692  # noqa: N815
-    distPort: Port = 25672  # noqa: N815  (Erlang distribution, loopback only: brokers are not clustered)
+    distPort: Port = 25672  # noqa: N815  (Erlang distribution: loopback unless clustered)
+    listenHost: str | None = None  # noqa: N815  (bind address; default: host)
+    peerDiscovery: PeerDiscovery | None = None  # noqa: N815  (a RabbitMQ cluster on Kubernetes)
 
 
 class StackPaths(_Strict):
