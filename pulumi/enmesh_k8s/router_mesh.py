@@ -1,0 +1,258 @@
+"""`RouterMesh`: the compiled router configs running as a StatefulSet.
+
+Pod `<stack>-router-<i>` runs `routers/<stack>-router-<i>.conf` (its compiled id is its pod
+name). The configs live in a Secret whose name carries their content hash: a model change
+makes a new Secret, the pod template points at it and the routers roll one by one. An init
+container builds the SASL database from the users' Secrets with `enmesh deploy sasldb`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from enmesh.k8s.config import KubeStackConfig, RouterEngine
+from enmesh.k8s.layout import PATHS, PORTS, KubeLayout
+from enmesh_k8s import workload as w
+
+core = k8s.core.v1
+ROUTER_USER = 10000  # skupper-router's and enmesh's images both run as this uid
+CONFIG_PREFIXES = ("routers/", "auth/", "deploy.json")
+COMMANDS = {
+    RouterEngine.SKUPPER: ["skrouterd", "-c"],
+    RouterEngine.ENMESH: ["enmesh-router", "--config"],
+}
+
+
+class RouterMesh(pulumi.ComponentResource):
+    config_secret_name: pulumi.Output[str]
+    client_service: core.Service
+    endpoint: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        layout: KubeLayout,
+        config: KubeStackConfig,
+        tls_secret: pulumi.Input[str],
+        credentials: Mapping[str, str],  # Secret name -> key, mounted under PATHS.secrets
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("enmesh:k8s:RouterMesh", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        names, namespace = layout.names, layout.names.namespace
+        selector = w.labels(names.stack, "router")
+        files = {
+            path: text
+            for path, text in layout.artefacts.files.items()
+            if path.startswith(CONFIG_PREFIXES)
+        }
+        config_hash = layout.config_hash(*CONFIG_PREFIXES)
+        config_secret = core.Secret(
+            f"{name}-config",
+            metadata=w.metadata(f"{names.router}-config-{config_hash}", namespace, selector),
+            type="Opaque",
+            string_data={w.secret_file_key(path): text for path, text in files.items()},
+            immutable=True,
+            opts=child,
+        )
+        self.config_secret_name = config_secret.metadata.apply(lambda m: str(m.name))
+        account = w.service_account(names.router, namespace, selector, False, child)
+        core.Service(
+            f"{name}-mesh",
+            metadata=w.metadata(names.router_mesh, namespace, selector),
+            spec=core.ServiceSpecArgs(
+                cluster_ip="None",
+                publish_not_ready_addresses=True,  # peers must resolve before they are ready
+                selector=selector,
+                ports=[_port("inter-router", PORTS["interRouter"])],
+            ),
+            opts=child,
+        )
+        self.client_service = core.Service(
+            f"{name}-client",
+            metadata=w.metadata(names.messaging, namespace, selector),
+            spec=core.ServiceSpecArgs(
+                type="LoadBalancer" if config.provider.managed else "NodePort",
+                selector=selector,
+                ports=[_port("amqps", PORTS["amqps"]), _port("amqp", PORTS["amqp"])],
+            ),
+            opts=child,
+        )
+        statefulset = k8s.apps.v1.StatefulSet(
+            name,
+            metadata=w.metadata(names.router, namespace, selector),
+            spec=k8s.apps.v1.StatefulSetSpecArgs(
+                service_name=names.router_mesh,
+                replicas=layout.router_min,
+                pod_management_policy="Parallel",
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                template=core.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        labels=selector, annotations={"enmesh.io/config-hash": config_hash}
+                    ),
+                    spec=self._pod(
+                        layout=layout,
+                        config=config,
+                        config_secret=config_secret,
+                        tls_secret=tls_secret,
+                        credentials=credentials,
+                        account=account,
+                    ),
+                ),
+            ),
+            # The autoscaler owns the replica count once the StatefulSet exists.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            name,
+            metadata=w.metadata(names.router, namespace, selector),
+            spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+                max_unavailable=1, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector)
+            ),
+            opts=child,
+        )
+        autoscaling = k8s.autoscaling.v2
+        autoscaling.HorizontalPodAutoscaler(
+            name,
+            metadata=w.metadata(names.router, namespace, selector),
+            spec=autoscaling.HorizontalPodAutoscalerSpecArgs(
+                scale_target_ref=autoscaling.CrossVersionObjectReferenceArgs(
+                    api_version="apps/v1", kind="StatefulSet", name=names.router
+                ),
+                min_replicas=layout.router_min,
+                max_replicas=layout.router_max,  # routers beyond the plan have no config
+                metrics=[
+                    autoscaling.MetricSpecArgs(
+                        type="Resource",
+                        resource=autoscaling.ResourceMetricSourceArgs(
+                            name="cpu",
+                            target=autoscaling.MetricTargetArgs(
+                                type="Utilization", average_utilization=70
+                            ),
+                        ),
+                    )
+                ],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[statefulset]),
+        )
+        self.endpoint = _endpoint(self.client_service, config.provider.managed)
+        self.register_outputs({"endpoint": self.endpoint, "configSecret": self.config_secret_name})
+
+    @staticmethod
+    def _pod(
+        *,
+        layout: KubeLayout,
+        config: KubeStackConfig,
+        config_secret: core.Secret,
+        tls_secret: pulumi.Input[str],
+        credentials: Mapping[str, str],
+        account: core.ServiceAccount,
+    ) -> core.PodSpecArgs:
+        deployment = json.loads(layout.artefacts.files["deploy.json"])
+        tls_dir = str(PurePosixPath(deployment["ca"]).parent)
+        sasldb_dir = str(PurePosixPath(deployment["sasldb"]).parent)
+        secret_name = config_secret.metadata.apply(lambda m: str(m.name))
+        files = sorted(p for p in layout.artefacts.files if p.startswith(CONFIG_PREFIXES))
+        volumes = [
+            w.files_volume("config", secret_name, files),
+            w.tls_volume("tls", tls_secret),
+            _credentials_volume("credentials", credentials),
+            w.empty_dir("sasldb"),
+            w.empty_dir("tmp"),
+        ]
+        config_mounts = [
+            w.mount("config", PATHS.config),
+            w.mount("credentials", PATHS.secrets),
+            w.mount("tmp", "/tmp", read_only=False),
+        ]
+        conf = f"{PATHS.config}/routers/$(POD_NAME).conf"
+        sasldb = core.ContainerArgs(
+            name="sasldb",
+            image=config.toolsImage,
+            command=["enmesh", "deploy", "sasldb", "--config-dir", PATHS.config],
+            volume_mounts=[*config_mounts, w.mount("sasldb", sasldb_dir, read_only=False)],
+            resources=w.resources("100m", "128Mi"),
+            security_context=w.container_security(),
+        )
+        router = core.ContainerArgs(
+            name="router",
+            image=config.router_image,
+            command=[*COMMANDS[config.routerEngine], conf],
+            env=[w.pod_name_env()],
+            ports=[
+                core.ContainerPortArgs(name=_port_name(key), container_port=port)
+                for key, port in sorted(PORTS.items())
+            ],
+            volume_mounts=[
+                *config_mounts,
+                w.mount("tls", tls_dir),
+                w.mount("sasldb", sasldb_dir),
+            ],
+            resources=w.resources(config.routerCpu, config.routerMemory),
+            security_context=w.container_security(),
+            readiness_probe=w.tcp_probe("amqps", period=5),
+            liveness_probe=w.http_probe("metrics", "/metrics"),
+        )
+        return core.PodSpecArgs(
+            service_account_name=account.metadata.apply(lambda m: str(m.name)),
+            automount_service_account_token=False,
+            security_context=w.pod_security(ROUTER_USER),
+            affinity=w.spread(w.labels(layout.names.stack, "router")),
+            init_containers=[sasldb],
+            containers=[router],
+            volumes=volumes,
+            termination_grace_period_seconds=30,
+        )
+
+
+def _port_name(key: str) -> str:
+    return {"interRouter": "inter-router"}.get(key, key)
+
+
+def _port(name: str, port: int) -> core.ServicePortArgs:
+    return core.ServicePortArgs(name=name, port=port, target_port=name, protocol="TCP")
+
+
+def _credentials_volume(name: str, credentials: Mapping[str, str]) -> core.VolumeArgs:
+    """Every user's Secret as `<secret>/<key>`, the layout the compiled files reference."""
+    return core.VolumeArgs(
+        name=name,
+        projected=core.ProjectedVolumeSourceArgs(
+            default_mode=0o440,
+            sources=[
+                core.VolumeProjectionArgs(
+                    secret=core.SecretProjectionArgs(
+                        name=secret, items=[core.KeyToPathArgs(key=key, path=f"{secret}/{key}")]
+                    )
+                )
+                for secret, key in sorted(credentials.items())
+            ],
+        ),
+    )
+
+
+def _endpoint(service: core.Service, load_balanced: bool) -> pulumi.Output[str]:
+    """`amqps://<load balancer>:5671` on clouds, `amqps://<any node>:<nodePort>` elsewhere."""
+    if load_balanced:
+        return service.status.apply(lambda status: f"amqps://{_ingress(status)}:{PORTS['amqps']}")
+    return service.spec.apply(lambda spec: f"amqps://<node address>:{_node_port(spec, 'amqps')}")
+
+
+def _ingress(status: core.outputs.ServiceStatus | None) -> str:
+    ingress = (status.load_balancer.ingress if status and status.load_balancer else None) or []
+    if not ingress:
+        return "<pending load balancer>"
+    return str(ingress[0].hostname or ingress[0].ip)
+
+
+def _node_port(spec: core.outputs.ServiceSpec, name: str) -> str:
+    for port in spec.ports or []:
+        if port.name == name and port.node_port:
+            return str(port.node_port)
+    return "<node port>"
