@@ -78,6 +78,7 @@ class KubeLayout:
 
     names: KubeNames
     stack: Stack
+    model: Model
     artefacts: Artefacts
     router_max: int  # compiled routers: the HorizontalPodAutoscaler's upper bound
     router_min: int
@@ -139,6 +140,7 @@ def kube_layout(config: KubeStackConfig, stack_name: str, stacks_dir: Path) -> K
     return KubeLayout(
         names=names,
         stack=stack,
+        model=model,
         artefacts=compile_model(stack, model),
         router_max=router_max,
         router_min=min(config.routerMinReplicas, router_max),

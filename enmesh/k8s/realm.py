@@ -1,0 +1,77 @@
+"""The Keycloak realm imported at boot: the model's users and their groups.
+
+As in EnMasse, a user's rights are group memberships: group `/<space>` per address space
+with subgroups `send_<pattern>`, `recv_<pattern>` and `manage`. Passwords come from the
+same Secrets the routers' SASL database is built from, so both agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from enmesh.compile.auth import sasl_identity
+from enmesh.model import MessagingUser, Model, Operation
+
+REALM = "enmesh"
+
+
+def _permissions(model: Model) -> dict[str, set[str]]:
+    groups: dict[str, set[str]] = {tenant.name: set() for tenant in model.tenants}
+    for tenant in model.tenants:
+        for user in tenant.users:
+            groups[tenant.name] |= set(_user_groups(user))
+    return groups
+
+
+def _user_groups(user: MessagingUser) -> list[str]:
+    names = [
+        f"{op.value}_{pattern}"
+        for op in (Operation.SEND, Operation.RECV)
+        for pattern in user.spec.patterns_for(op)
+    ]
+    if any(Operation.MANAGE in rule.operations for rule in user.spec.authorization):
+        names.append("manage")
+    return sorted(names)
+
+
+def secret_refs(model: Model) -> dict[str, str]:
+    """Secret name -> key of every messaging user's password."""
+    return {
+        user.spec.authentication.passwordSecret.name: user.spec.authentication.passwordSecret.key
+        for tenant in model.tenants
+        for user in tenant.users
+    }
+
+
+def realm_json(model: Model, passwords: Mapping[str, str]) -> str:
+    """Realm export JSON; `passwords` maps a user's Secret name to its password."""
+    groups = _permissions(model)
+    users = []
+    for tenant in model.tenants:
+        for user in tenant.users:
+            secret = user.spec.authentication.passwordSecret.name
+            memberships = [f"/{tenant.name}/{g}" for g in _user_groups(user)]
+            users.append(
+                {
+                    "username": sasl_identity(tenant, user),
+                    "enabled": True,
+                    "attributes": {"addressSpace": [tenant.name]},
+                    "credentials": [
+                        {"type": "password", "value": passwords[secret], "temporary": False}
+                    ],
+                    "groups": [f"/{tenant.name}", *memberships],
+                }
+            )
+    realm = {
+        "realm": REALM,
+        "enabled": True,
+        "sslRequired": "all",
+        "registrationAllowed": False,
+        "groups": [
+            {"name": space, "subGroups": [{"name": g} for g in sorted(subgroups)]}
+            for space, subgroups in sorted(groups.items())
+        ],
+        "users": sorted(users, key=lambda u: str(u["username"])),
+    }
+    return json.dumps(realm, indent=2, sort_keys=True) + "\n"

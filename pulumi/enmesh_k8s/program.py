@@ -1,0 +1,120 @@
+"""The Pulumi program: validate the stack config, compile the model, compose the components.
+
+Everything that can be wrong with the input (stack config, model files) fails here, before
+the first resource is registered, so a bad `pulumi up` changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime.config import CONFIG
+
+from enmesh.k8s.config import KubeStackConfig, StackConfigError, parse_config
+from enmesh.k8s.layout import KubeLayout, kube_layout
+from enmesh.model import ModelInvalidError
+from enmesh_k8s.broker_cluster import BrokerCluster
+from enmesh_k8s.cluster import Cluster
+from enmesh_k8s.credentials import Credentials
+from enmesh_k8s.keycloak import Keycloak
+from enmesh_k8s.network import NetworkPolicies, namespace
+from enmesh_k8s.router_mesh import RouterMesh
+from enmesh_k8s.tls import CertificateSpec, Tls
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+STACKS_DIR = PROJECT_DIR / "stacks"
+
+
+def load(stack: str, raw_config: dict[str, Any]) -> tuple[KubeStackConfig, KubeLayout]:
+    source = f"stacks/Pulumi.{stack}.yaml"
+    try:
+        config = parse_config(raw_config, source)
+        return config, kube_layout(config, stack, STACKS_DIR)
+    except (StackConfigError, ModelInvalidError) as error:
+        raise pulumi.RunError(str(error)) from None
+
+
+def _certificates(layout: KubeLayout, config: KubeStackConfig) -> dict[str, list[CertificateSpec]]:
+    deployment = json.loads(layout.artefacts.files["deploy.json"])
+
+    def specs(entries: list[dict[str, Any]]) -> list[CertificateSpec]:
+        return [
+            CertificateSpec(c["name"], c["dnsNames"]) for e in entries for c in e["certificates"]
+        ]
+
+    names = layout.names
+    keycloak = [names.service_host(names.keycloak), names.keycloak, *config.dnsNames]
+    return {
+        "router": specs(deployment["routers"]),
+        "broker": specs(deployment["brokers"]),
+        "keycloak": [CertificateSpec("keycloak", sorted(set(keycloak)))],
+    }
+
+
+def main() -> None:
+    for key, value in sorted(build().items()):
+        pulumi.export(key, value)
+
+
+def build() -> dict[str, Any]:
+    """Register every resource of the stack; returns the stack outputs."""
+    stack = pulumi.get_stack()
+    config, layout = load(stack, dict(CONFIG.get()))
+    names = layout.names
+    cluster = Cluster("cluster", config)
+    on_cluster = pulumi.ResourceOptions(provider=cluster.provider)
+    ns = namespace(names, on_cluster)
+    opts = pulumi.ResourceOptions(provider=cluster.provider, depends_on=[ns])
+    deployment = json.loads(layout.artefacts.files["deploy.json"])
+    secrets = {s["name"]: s["key"] for s in deployment["secrets"]}
+    credentials = Credentials(
+        "credentials", stack=stack, namespace=names.namespace, secrets=secrets, opts=opts
+    )
+    tls = Tls("tls", stack, names.namespace, _certificates(layout, config), opts=opts)
+    NetworkPolicies("network", names, opts=opts)
+    mesh = RouterMesh(
+        "router",
+        layout=layout,
+        config=config,
+        tls_secret=tls.secret_names["router"],
+        credentials=secrets,
+        opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[ns, credentials]),
+    )
+    brokers = BrokerCluster(
+        "broker",
+        layout=layout,
+        config=config,
+        tls_secret=tls.secret_names["broker"],
+        router_password=credentials.passwords[_router_secret(deployment)],
+        opts=opts,
+    )
+    user_secrets = {u["secret"] for u in deployment["users"]}
+    keycloak = Keycloak(
+        "keycloak",
+        layout=layout,
+        config=config,
+        tls_secret=tls.secret_names["keycloak"],
+        passwords={s: p for s, p in credentials.passwords.items() if s in user_secrets},
+        opts=opts,
+    )
+    outputs: dict[str, Any] = {
+        "namespace": names.namespace,
+        "endpoint": mesh.endpoint,
+        "caCertificate": tls.ca_cert_pem,
+        "routerConfigSecret": mesh.config_secret_name,
+        "brokerService": brokers.service_host,
+        "brokerReplicas": brokers.replicas,
+        "keycloakUrl": keycloak.url,
+        "keycloakAdminSecret": keycloak.admin_secret_name,
+    }
+    if cluster.kubeconfig is not None:
+        outputs["kubeconfig"] = cluster.kubeconfig
+    return outputs
+
+
+def _router_secret(deployment: dict[str, Any]) -> str:
+    broker_users = [u for b in deployment["brokers"] for u in b["users"]]
+    return str(broker_users[0]["secret"])
