@@ -19,6 +19,7 @@ from enmesh.deploy.bundle import write_bundle
 from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment
 from enmesh.deploy.secrets import ensure_secrets
 from enmesh.deploy.smoke import run_smoke
+from enmesh.k8s.config import KubeStackError
 from enmesh.model import ModelInvalidError, load_model
 
 DEFAULT_STACKS_DIR = Path("stacks")
@@ -36,6 +37,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    if args.k8s_out is not None:
+        return _render_kubernetes(args)
+    if args.out is None:
+        raise CompileError("render needs --out DIR (host files) or --k8s-out DIR (Kubernetes)")
     stack_file = find_stack_file(args.stack, args.stacks_dir)
     stack, artefacts = compile_stack_file(stack_file)
     changed = write_artefacts(artefacts, args.out)
@@ -47,6 +52,22 @@ def _cmd_render(args: argparse.Namespace) -> int:
     for path in removed:
         print(f"  {'removed':9}  {path}")
     print(f"{len(changed)} file(s) changed")
+    return 0
+
+
+def _render_kubernetes(args: argparse.Namespace) -> int:
+    from enmesh.k8s.render import render_kubernetes  # noqa: PLC0415  (loads Pulumi)
+
+    project_dir = args.stacks_dir.resolve().parent
+    result = render_kubernetes(project_dir, args.stack, args.k8s_out)
+    print(f"Kubernetes objects of stack {args.stack!r} (Pulumi mocks) in {args.k8s_out}:")
+    for path in result.files:
+        print(f"  {'changed' if path in result.changed else 'unchanged':9}  {path}")
+    for path in result.removed:
+        print(f"  {'removed':9}  {path}")
+    print(f"{len(result.files)} objects valid against the Kubernetes schemas; stack outputs:")
+    for key, value in sorted(result.outputs.items()):
+        print(f"  {key}: {str(value).splitlines()[0] if str(value) else value}")
     return 0
 
 
@@ -168,7 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
         "deterministic; files that did not change are not rewritten.",
     )
     render.add_argument("--stack", required=True, metavar="NAME", help="stack name or file")
-    render.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory")
+    render.add_argument("--out", type=Path, metavar="DIR", help="output directory (host files)")
+    render.add_argument(
+        "--k8s-out",
+        type=Path,
+        metavar="DIR",
+        help="instead, run the Kubernetes stack stacks/Pulumi.NAME.yaml under Pulumi's mocks, "
+        "validate every object against the Kubernetes schemas and write them as YAML to DIR",
+    )
     render.add_argument(
         "--stacks-dir",
         type=Path,
@@ -242,7 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         clients.ClientError,
         stackctl.StackError,
         SasldbError,
+        KubeStackError,
     ) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
     except OSError as exc:
         print(f"error: {exc.strerror}: {exc.filename}", file=sys.stderr)

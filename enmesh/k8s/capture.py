@@ -65,14 +65,17 @@ def _is_object(type_: str) -> bool:
     return type_.startswith(K8S_PREFIX) and not type_.startswith("pulumi:providers:")
 
 
-def unwrap_secrets(value: Any) -> Any:
-    """Secret inputs arrive wrapped in Pulumi's wire marker; manifests hold the plain value."""
+def as_manifest(value: Any) -> Any:
+    """Inputs as the provider would send them: secrets unwrapped from Pulumi's wire marker,
+    and whole numbers as integers (the wire format carries every number as a double)."""
     if isinstance(value, dict):
         if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
-            return unwrap_secrets(value["value"])
-        return {key: unwrap_secrets(item) for key, item in value.items()}
+            return as_manifest(value["value"])
+        return {key: as_manifest(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [unwrap_secrets(item) for item in value]
+        return [as_manifest(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
@@ -90,7 +93,7 @@ class EngineMocks(pulumi_mocks.Mocks):
     def new_resource(
         self, args: pulumi_mocks.MockResourceArgs
     ) -> tuple[str | None, dict[str, Any]]:
-        inputs = unwrap_secrets(dict(args.inputs))
+        inputs = as_manifest(dict(args.inputs))
         self.capture.resources.append(Registered(args.typ, args.name, inputs))
         state = dict(inputs)
         state.update(self._outputs(args.typ, args.name, inputs))

@@ -32,7 +32,11 @@ DnsName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9*]([-a-z0-9.]*[a-z0
 KubernetesVersion = Annotated[str, StringConstraints(pattern=r"^1\.[0-9]{2}$")]
 
 
-class StackConfigError(ValueError):
+class KubeStackError(ValueError):
+    """A Kubernetes stack that cannot be rendered; the message says what and where."""
+
+
+class StackConfigError(KubeStackError):
     """A stack config that does not validate; the message names every bad key."""
 
 

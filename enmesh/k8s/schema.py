@@ -29,7 +29,7 @@ def schema_version(minor: str) -> str:
             f"no Kubernetes schemas for version {minor} (kubernetes-validate has "
             f"{known[0]}..{known[-1]})"
         )
-    return candidates[-1]
+    return str(candidates[-1])
 
 
 def _minor_key(version: str) -> tuple[int, int]:
