@@ -168,10 +168,15 @@ def _program_path(project_dir: Path) -> Iterator[None]:
         sys.path.remove(path)
 
 
-def run_program(project_dir: Path, stack: str, config: Mapping[str, Any] | None = None) -> Capture:
+def run_program(
+    project_dir: Path,
+    stack: str,
+    config: Mapping[str, Any] | None = None,
+    capture: Capture | None = None,
+) -> Capture:
     """Run `pulumi/` for `stack` under mocks; `config` replaces the stack file when given."""
     values = read_stack_file(project_dir, stack) if config is None else dict(config)
-    capture = Capture()
+    capture = Capture() if capture is None else capture
     pulumi_mocks.set_mocks(EngineMocks(capture), project=PROJECT, stack=stack, preview=False)
     set_all_config(as_pulumi_config(values))
     exported: dict[str, Any] = {}
