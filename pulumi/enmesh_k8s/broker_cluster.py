@@ -120,28 +120,12 @@ class BrokerCluster(pulumi.ComponentResource):
                     spec=pod,
                 ),
                 volume_claim_templates=[
-                    core.PersistentVolumeClaimArgs(
-                        metadata=k8s.meta.v1.ObjectMetaArgs(name="data", labels=selector),
-                        spec=core.PersistentVolumeClaimSpecArgs(
-                            access_modes=["ReadWriteOnce"],
-                            storage_class_name=config.brokerStorageClass,
-                            resources=core.VolumeResourceRequirementsArgs(
-                                requests={"storage": config.brokerStorageSize}
-                            ),
-                        ),
-                    )
+                    w.data_claim(selector, config.brokerStorageClass, config.brokerStorageSize)
                 ],
             ),
             opts=child,
         )
-        k8s.policy.v1.PodDisruptionBudget(
-            name,
-            metadata=w.metadata(names.broker, namespace, selector),
-            spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
-                max_unavailable=1, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector)
-            ),
-            opts=child,
-        )
+        w.disruption_budget(name, w.metadata(names.broker, namespace, selector), child)
         self.register_outputs({"serviceHost": self.service_host, "replicas": self.replicas})
 
     @staticmethod

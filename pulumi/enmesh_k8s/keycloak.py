@@ -147,16 +147,7 @@ class Keycloak(pulumi.ComponentResource):
                     ),
                 ),
                 volume_claim_templates=[
-                    core.PersistentVolumeClaimArgs(
-                        metadata=k8s.meta.v1.ObjectMetaArgs(name="data", labels=selector),
-                        spec=core.PersistentVolumeClaimSpecArgs(
-                            access_modes=["ReadWriteOnce"],
-                            storage_class_name=config.brokerStorageClass,
-                            resources=core.VolumeResourceRequirementsArgs(
-                                requests={"storage": config.keycloakStorageSize}
-                            ),
-                        ),
-                    )
+                    w.data_claim(selector, config.brokerStorageClass, config.keycloakStorageSize)
                 ],
             ),
             opts=opts,

@@ -109,14 +109,7 @@ class RouterMesh(pulumi.ComponentResource):
             # The autoscaler owns the replica count once the StatefulSet exists.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
         )
-        k8s.policy.v1.PodDisruptionBudget(
-            name,
-            metadata=w.metadata(names.router, namespace, selector),
-            spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
-                max_unavailable=1, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector)
-            ),
-            opts=child,
-        )
+        w.disruption_budget(name, w.metadata(names.router, namespace, selector), child)
         autoscaling = k8s.autoscaling.v2
         autoscaling.HorizontalPodAutoscaler(
             name,

@@ -137,6 +137,35 @@ def empty_dir(name: str, limit: str = "64Mi") -> core.VolumeArgs:
     return core.VolumeArgs(name=name, empty_dir=core.EmptyDirVolumeSourceArgs(size_limit=limit))
 
 
+def disruption_budget(
+    name: str, object_meta: meta.ObjectMetaArgs, opts: pulumi.ResourceOptions
+) -> k8s.policy.v1.PodDisruptionBudget:
+    """Voluntary disruptions (drains, upgrades) take one pod at a time."""
+    return k8s.policy.v1.PodDisruptionBudget(
+        name,
+        metadata=object_meta,
+        spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+            max_unavailable=1,
+            selector=meta.LabelSelectorArgs(match_labels=object_meta.labels),
+        ),
+        opts=opts,
+    )
+
+
+def data_claim(
+    claim_labels: Mapping[str, str], storage_class: str | None, size: str
+) -> core.PersistentVolumeClaimArgs:
+    """The `data` volume claim of a StatefulSet: one ReadWriteOnce volume per pod."""
+    return core.PersistentVolumeClaimArgs(
+        metadata=meta.ObjectMetaArgs(name="data", labels=dict(claim_labels)),
+        spec=core.PersistentVolumeClaimSpecArgs(
+            access_modes=["ReadWriteOnce"],
+            storage_class_name=storage_class,
+            resources=core.VolumeResourceRequirementsArgs(requests={"storage": size}),
+        ),
+    )
+
+
 def mount(name: str, path: str, read_only: bool = True) -> core.VolumeMountArgs:
     return core.VolumeMountArgs(name=name, mount_path=path, read_only=read_only)
 
