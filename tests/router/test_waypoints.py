@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,38 +10,15 @@ from proton import Message
 
 from tests.router.conftest import account
 from tests.support.amqp import Scenario, run
-from tests.support.mesh import Mesh, build_mesh, wait_until
-from tests.support.rabbitmq import RabbitMQBroker, allocate_ports
+from tests.support.mesh import Mesh, wait_until
+from tests.support.stack import broker_attached, brokered_mesh
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """Two routers in front of one RabbitMQ holding the sample model's queues."""
-    directory = tmp_path_factory.mktemp("waypoints")
-    ports = allocate_ports()
-    mesh = build_mesh(directory / "mesh", routers=2, broker_port=ports.tls)
-    broker = RabbitMQBroker(
-        directory=directory / "rabbitmq",
-        definitions=directory / "mesh" / "config" / "brokers" / "broker-0.definitions.json",
-        pki=mesh.extra["pki"],  # type: ignore[arg-type]
-        ports=ports,
-    )
-    broker.start()
-    mesh.set_secret("enmesh-broker-router", "password", broker.router_password)
-    mesh.extra["broker"] = broker
-    try:
-        mesh.start()
-        mesh.wait_converged()
-        for router in mesh.routers:
-            wait_until(lambda r=router: _broker_attached(r.metrics()), 30, "autoLinks to attach")
+    with brokered_mesh(tmp_path_factory.mktemp("waypoints")) as mesh:
         yield mesh
-    finally:
-        mesh.stop()
-        broker.stop()
-
-
-def _broker_attached(metrics: str) -> bool:
-    return bool(re.search(r'address="iot/events@0"\} 1$', metrics, re.M))
 
 
 class OneLink(Scenario):
@@ -137,7 +113,7 @@ def test_queue_messages_survive_a_router_restart(stack: Mesh) -> None:
         router.start()
     stack.wait_converged()
     for router in stack.routers:
-        wait_until(lambda r=router: _broker_attached(r.metrics()), 30, "autoLinks to reattach")
+        wait_until(lambda r=router: broker_attached(r.metrics()), 30, "autoLinks to reattach")
     received = run(Receive(stack, 1, "backend@iot", "events", 1000), timeout=60)
     assert sorted(received.bodies) == list(range(1000))
 

@@ -1,0 +1,41 @@
+"""A mesh in front of a private RabbitMQ: routers from the compiled sample stack, the broker
+loaded with its definitions, every router's autoLinks attached before use."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support.mesh import Mesh, build_mesh, wait_until
+from tests.support.rabbitmq import RabbitMQBroker, allocate_ports
+
+
+def broker_attached(metrics: str) -> bool:
+    return bool(re.search(r'address="iot/events@0"\} 1$', metrics, re.M))
+
+
+@contextmanager
+def brokered_mesh(directory: Path, routers: int = 2) -> Iterator[Mesh]:
+    """Start both, yield the mesh (`mesh.extra["broker"]` is the broker), stop both."""
+    ports = allocate_ports()
+    mesh = build_mesh(directory / "mesh", routers=routers, broker_port=ports.tls)
+    broker = RabbitMQBroker(
+        directory=directory / "rabbitmq",
+        definitions=directory / "mesh" / "config" / "brokers" / "broker-0.definitions.json",
+        pki=mesh.extra["pki"],  # type: ignore[arg-type]
+        ports=ports,
+    )
+    broker.start()
+    mesh.set_secret("enmesh-broker-router", "password", broker.router_password)
+    mesh.extra["broker"] = broker
+    try:
+        mesh.start()
+        mesh.wait_converged()
+        for router in mesh.routers:
+            wait_until(lambda r=router: broker_attached(r.metrics()), 30, "autoLinks to attach")
+        yield mesh
+    finally:
+        mesh.stop()
+        broker.stop()
