@@ -62,7 +62,7 @@ def object_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 def _is_object(type_: str) -> bool:
-    return type_.startswith(K8S_PREFIX) and not type_.startswith("pulumi:providers:")
+    return type_.startswith(K8S_PREFIX)  # providers are `pulumi:providers:kubernetes`
 
 
 def as_manifest(value: Any) -> Any:

@@ -52,6 +52,11 @@ class Provider(StrEnum):
         """True where the stack creates the cluster itself."""
         return self in {Provider.AWS, Provider.AZURE, Provider.GCP}
 
+    @property
+    def client_service_type(self) -> str:
+        """How clients reach the stack: a cloud load balancer, else a port on every node."""
+        return "LoadBalancer" if self.managed else "NodePort"
+
 
 class RouterEngine(StrEnum):
     SKUPPER = "skupper"  # skupper-router: reads the compiled qdrouterd.conf as is

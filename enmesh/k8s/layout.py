@@ -10,8 +10,11 @@ separate brokers).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from enmesh.compile import Artefacts, Stack, compile_model
 from enmesh.compile.stack import (
@@ -83,6 +86,11 @@ class KubeLayout:
     router_max: int  # compiled routers: the HorizontalPodAutoscaler's upper bound
     router_min: int
     broker_replicas: int
+
+    @cached_property
+    def deployment(self) -> dict[str, Any]:
+        """The compiled `deploy.json`: certificates, secrets, users per router and broker."""
+        return json.loads(self.artefacts.files["deploy.json"])  # type: ignore[no-any-return]
 
     def config_hash(self, *prefixes: str) -> str:
         return "".join(self.artefacts.content_hash(prefix) for prefix in prefixes)[:10]

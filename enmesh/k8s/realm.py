@@ -35,15 +35,6 @@ def _user_groups(user: MessagingUser) -> list[str]:
     return sorted(names)
 
 
-def secret_refs(model: Model) -> dict[str, str]:
-    """Secret name -> key of every messaging user's password."""
-    return {
-        user.spec.authentication.passwordSecret.name: user.spec.authentication.passwordSecret.key
-        for tenant in model.tenants
-        for user in tenant.users
-    }
-
-
 def realm_json(model: Model, passwords: Mapping[str, str]) -> str:
     """Realm export JSON; `passwords` maps a user's Secret name to its password."""
     groups = _permissions(model)

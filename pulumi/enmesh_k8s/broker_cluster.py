@@ -230,5 +230,4 @@ class BrokerCluster(pulumi.ComponentResource):
 
 
 def _port(name: str) -> core.ServicePortArgs:
-    port = BROKER_PORTS[name]
-    return core.ServicePortArgs(name=name, port=port, target_port=name, protocol="TCP")
+    return w.service_port(name, BROKER_PORTS[name])

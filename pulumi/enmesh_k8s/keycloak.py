@@ -101,9 +101,7 @@ class Keycloak(pulumi.ComponentResource):
             metadata=w.metadata(names.keycloak_db, namespace, selector),
             spec=core.ServiceSpecArgs(
                 selector=selector,
-                ports=[
-                    core.ServicePortArgs(name="postgres", port=POSTGRES, target_port="postgres")
-                ],
+                ports=[w.service_port("postgres", POSTGRES)],
             ),
             opts=opts,
         )
@@ -171,11 +169,9 @@ class Keycloak(pulumi.ComponentResource):
             f"{name}-http",
             metadata=w.metadata(names.keycloak, namespace, selector),
             spec=core.ServiceSpecArgs(
-                type="LoadBalancer" if config.provider.managed else "NodePort",
+                type=config.provider.client_service_type,
                 selector=selector,
-                ports=[
-                    core.ServicePortArgs(name="https", port=KEYCLOAK_HTTPS, target_port="https")
-                ],
+                ports=[w.service_port("https", KEYCLOAK_HTTPS)],
             ),
             opts=opts,
         )

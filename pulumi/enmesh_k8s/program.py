@@ -6,13 +6,13 @@ the first resource is registered, so a bad `pulumi up` changes nothing.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pulumi
 from pulumi.runtime.config import CONFIG
 
+from enmesh.compile.layout import ROUTER_BROKER_SECRET
 from enmesh.k8s.config import KubeStackConfig, StackConfigError, parse_config
 from enmesh.k8s.layout import KubeLayout, kube_layout
 from enmesh.model import ModelInvalidError
@@ -38,7 +38,7 @@ def load(stack: str, raw_config: dict[str, Any]) -> tuple[KubeStackConfig, KubeL
 
 
 def _certificates(layout: KubeLayout, config: KubeStackConfig) -> dict[str, list[CertificateSpec]]:
-    deployment = json.loads(layout.artefacts.files["deploy.json"])
+    deployment = layout.deployment
 
     def specs(entries: list[dict[str, Any]]) -> list[CertificateSpec]:
         return [
@@ -68,7 +68,7 @@ def build() -> dict[str, Any]:
     on_cluster = pulumi.ResourceOptions(provider=cluster.provider)
     ns = namespace(names, on_cluster)
     opts = pulumi.ResourceOptions(provider=cluster.provider, depends_on=[ns])
-    deployment = json.loads(layout.artefacts.files["deploy.json"])
+    deployment = layout.deployment
     secrets = {s["name"]: s["key"] for s in deployment["secrets"]}
     credentials = Credentials(
         "credentials", stack=stack, namespace=names.namespace, secrets=secrets, opts=opts
@@ -88,7 +88,7 @@ def build() -> dict[str, Any]:
         layout=layout,
         config=config,
         tls_secret=tls.secret_names["broker"],
-        router_password=credentials.passwords[_router_secret(deployment)],
+        router_password=credentials.passwords[ROUTER_BROKER_SECRET],
         opts=opts,
     )
     user_secrets = {u["secret"] for u in deployment["users"]}
@@ -113,8 +113,3 @@ def build() -> dict[str, Any]:
     if cluster.kubeconfig is not None:
         outputs["kubeconfig"] = cluster.kubeconfig
     return outputs
-
-
-def _router_secret(deployment: dict[str, Any]) -> str:
-    broker_users = [u for b in deployment["brokers"] for u in b["users"]]
-    return str(broker_users[0]["secret"])

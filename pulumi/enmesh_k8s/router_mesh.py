@@ -8,7 +8,6 @@ container builds the SASL database from the users' Secrets with `enmesh deploy s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
@@ -70,7 +69,7 @@ class RouterMesh(pulumi.ComponentResource):
                 cluster_ip="None",
                 publish_not_ready_addresses=True,  # peers must resolve before they are ready
                 selector=selector,
-                ports=[_port("inter-router", PORTS["interRouter"])],
+                ports=[w.service_port("inter-router", PORTS["interRouter"])],
             ),
             opts=child,
         )
@@ -78,9 +77,12 @@ class RouterMesh(pulumi.ComponentResource):
             f"{name}-client",
             metadata=w.metadata(names.messaging, namespace, selector),
             spec=core.ServiceSpecArgs(
-                type="LoadBalancer" if config.provider.managed else "NodePort",
+                type=config.provider.client_service_type,
                 selector=selector,
-                ports=[_port("amqps", PORTS["amqps"]), _port("amqp", PORTS["amqp"])],
+                ports=[
+                    w.service_port("amqps", PORTS["amqps"]),
+                    w.service_port("amqp", PORTS["amqp"]),
+                ],
             ),
             opts=child,
         )
@@ -147,9 +149,8 @@ class RouterMesh(pulumi.ComponentResource):
         credentials: Mapping[str, str],
         account: core.ServiceAccount,
     ) -> core.PodSpecArgs:
-        deployment = json.loads(layout.artefacts.files["deploy.json"])
-        tls_dir = str(PurePosixPath(deployment["ca"]).parent)
-        sasldb_dir = str(PurePosixPath(deployment["sasldb"]).parent)
+        tls_dir = str(PurePosixPath(layout.deployment["ca"]).parent)
+        sasldb_dir = str(PurePosixPath(layout.deployment["sasldb"]).parent)
         secret_name = config_secret.metadata.apply(lambda m: str(m.name))
         files = sorted(p for p in layout.artefacts.files if p.startswith(CONFIG_PREFIXES))
         volumes = [
@@ -206,10 +207,6 @@ class RouterMesh(pulumi.ComponentResource):
 
 def _port_name(key: str) -> str:
     return {"interRouter": "inter-router"}.get(key, key)
-
-
-def _port(name: str, port: int) -> core.ServicePortArgs:
-    return core.ServicePortArgs(name=name, port=port, target_port=name, protocol="TCP")
 
 
 def _credentials_volume(name: str, credentials: Mapping[str, str]) -> core.VolumeArgs:

@@ -46,6 +46,11 @@ def _double(cpu: str) -> str:
     return f"{float(cpu) * 2:g}"
 
 
+def service_port(name: str, port: int) -> core.ServicePortArgs:
+    """A Service port that targets the container port of the same name."""
+    return core.ServicePortArgs(name=name, port=port, target_port=name, protocol="TCP")
+
+
 def container_security() -> core.SecurityContextArgs:
     return core.SecurityContextArgs(
         run_as_non_root=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,14 +23,18 @@ def capture_of(stack: str) -> Capture:
     return _captures[stack]
 
 
-def run_with(stack: str, **overrides: object) -> Capture:
+def config_with(stack: str, **overrides: object) -> dict[str, Any]:
     """The stack's own config with some `enmesh:` keys replaced (None removes a key)."""
     values = read_stack_file(ROOT, stack)
     for key, value in overrides.items():
         values.pop(f"enmesh:{key}", None)
         if value is not None:
             values[f"enmesh:{key}"] = value
-    return run_program(ROOT, stack, values)
+    return values
+
+
+def run_with(stack: str, **overrides: object) -> Capture:
+    return run_program(ROOT, stack, config_with(stack, **overrides))
 
 
 @pytest.fixture(params=STACKS)

@@ -13,7 +13,7 @@ import pytest
 from enmesh.k8s.capture import Capture, run_program
 from enmesh.k8s.config import KubeStackConfig, parse_config, read_stack_file
 from enmesh.k8s.schema import containers, hardening_problems, pod_spec, schema_problems
-from tests.pulumi.conftest import CLOUDS, ROOT, STACKS, capture_of, run_with
+from tests.pulumi.conftest import CLOUDS, ROOT, STACKS, capture_of, config_with, run_with
 
 MANAGED = {
     "aws": "eks:index:Cluster",
@@ -406,14 +406,9 @@ def test_outputs_name_endpoints_ca_and_keycloak(stack: str) -> None:
 def test_bad_stack_config_fails_before_any_resource_naming_the_key(
     stack: str, overrides: dict[str, object], message: str
 ) -> None:
-    values = read_stack_file(ROOT, stack)
-    for key, value in overrides.items():
-        values.pop(f"enmesh:{key}", None)
-        if value is not None:
-            values[f"enmesh:{key}"] = value
     capture = Capture()
     with pytest.raises(pulumi.RunError) as error:
-        run_program(ROOT, stack, values, capture=capture)
+        run_program(ROOT, stack, config_with(stack, **overrides), capture=capture)
     assert message in str(error.value)
     assert f"stacks/Pulumi.{stack}.yaml" in str(error.value)
     assert capture.resources == []
