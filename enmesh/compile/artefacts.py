@@ -39,11 +39,12 @@ class Artefacts:
             }
         }
 
-    def content_hash(self, prefix: str = "") -> str:
-        """Short hash of the files under `prefix`, for names that change with content."""
+    def content_hash(self, *prefixes: str) -> str:
+        """Short hash of the files under any of `prefixes` (all files if none), for names
+        that change with content."""
         digest = hashlib.sha256()
         for path, text in sorted(self.files.items()):
-            if path.startswith(prefix):
+            if path.startswith(prefixes or ("",)):
                 digest.update(path.encode() + b"\0" + text.encode() + b"\0")
         return digest.hexdigest()[:10]
 

@@ -92,9 +92,6 @@ class KubeLayout:
         """The compiled `deploy.json`: certificates, secrets, users per router and broker."""
         return json.loads(self.artefacts.files["deploy.json"])  # type: ignore[no-any-return]
 
-    def config_hash(self, *prefixes: str) -> str:
-        return "".join(self.artefacts.content_hash(prefix) for prefix in prefixes)[:10]
-
 
 def plan_limits(model: Model) -> tuple[int, int]:
     """(routers, brokers): the largest limits any tenant's plan allows."""

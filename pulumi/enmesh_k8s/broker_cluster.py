@@ -66,7 +66,7 @@ class BrokerCluster(pulumi.ComponentResource):
                 base64.b64decode(str(values[1])),
             )
         )
-        config_hash = layout.config_hash("brokers/")
+        config_hash = layout.artefacts.content_hash("brokers/")
         files: dict[str, pulumi.Input[str]] = {
             CONF: layout.artefacts.files[CONF],
             DEFINITIONS: pulumi.Output.secret(definitions),

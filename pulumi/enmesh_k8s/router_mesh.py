@@ -51,7 +51,7 @@ class RouterMesh(pulumi.ComponentResource):
             for path, text in layout.artefacts.files.items()
             if path.startswith(CONFIG_PREFIXES)
         }
-        config_hash = layout.config_hash(*CONFIG_PREFIXES)
+        config_hash = layout.artefacts.content_hash(*CONFIG_PREFIXES)
         config_secret = core.Secret(
             f"{name}-config",
             metadata=w.metadata(f"{names.router}-config-{config_hash}", namespace, selector),

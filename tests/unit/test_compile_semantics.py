@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from enmesh.compile import CompileError, compile_model, compile_stack_file, load_stack
+from enmesh.compile import Artefacts, CompileError, compile_model, compile_stack_file, load_stack
 from enmesh.compile.placement import rank
 from enmesh.model import load_model
 
@@ -243,6 +243,15 @@ def test_content_hash_changes_with_the_model(tmp_path: Path) -> None:
     changed = compile_model(stack, load_model([*models, extra]))
     assert base.content_hash("routers/") != changed.content_hash("routers/")
     assert base.content_hash("brokers/") == changed.content_hash("brokers/")
+
+
+def test_content_hash_covers_every_prefix_given() -> None:
+    base = Artefacts({"routers/r.conf": "r", "auth/users.json": "1", "brokers/b.json": "b"})
+    users_changed = Artefacts({**base.files, "auth/users.json": "2"})
+    assert base.content_hash("routers/") == users_changed.content_hash("routers/")
+    assert base.content_hash("routers/", "auth/") != users_changed.content_hash("routers/", "auth/")
+    assert base.content_hash() != users_changed.content_hash()
+    assert len(base.content_hash("routers/", "auth/")) == 10
 
 
 def test_broker_config_is_tls_only_with_the_routers_vhost(local: dict[str, str]) -> None:
