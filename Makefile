@@ -26,13 +26,13 @@ status: setup
 
 lint: setup
 	@echo "==> ruff"
-	@$(VENV)/bin/ruff check enmesh pulumi tests benchmarks scripts roles
-	@$(VENV)/bin/ruff format --check enmesh pulumi tests benchmarks scripts roles
+	@$(VENV)/bin/ruff check enmesh pulumi spark tests benchmarks scripts roles
+	@$(VENV)/bin/ruff format --check enmesh pulumi spark tests benchmarks scripts roles
 	@echo "==> ansible syntax"
 	@ANSIBLE_CONFIG=ansible.cfg $(VENV)/bin/ansible-playbook --syntax-check -i stacks/local.inventory.yml playbooks/*.yml >/dev/null
 
 typecheck: setup
-	@echo "==> mypy --strict enmesh pulumi/enmesh_k8s"
+	@echo "==> mypy --strict enmesh pulumi/enmesh_k8s spark/enmesh_spark"
 	@$(VENV)/bin/mypy
 
 unit: setup

@@ -1,0 +1,176 @@
+"""Device telemetry from a fixed seed, and the aggregates it must produce, computed in Python.
+
+`generate` is deterministic: the same seed gives the same readings, ids, spikes and
+malformed records, so a test can compare Spark's output with `expected_windows`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+MALFORMED_KINDS = ("not json", "no device", "temperature not a number")
+
+
+@dataclass(frozen=True)
+class Reading:
+    id: str
+    device: str
+    ts_ms: int
+    body: str
+    temperature: float | None  # None: malformed
+    spike: bool
+    reason: str | None  # why a malformed record is quarantined
+
+
+def generate(
+    *,
+    seed: int,
+    devices: int,
+    rate: float,
+    duration: float,
+    malformed: float = 0.0,
+    spikes: float = 0.0,
+    start_ms: int = START_MS,
+) -> list[Reading]:
+    """`rate` messages per second for `duration` seconds, round-robin over `devices`."""
+    rng = random.Random(seed)
+    base = [rng.uniform(15.0, 25.0) for _ in range(devices)]
+    total = int(rate * duration)
+    readings = []
+    for i in range(total):
+        device = f"dev-{i % devices:04d}"
+        ts_ms = start_ms + int(i * 1000 / rate)
+        value = round(base[i % devices] + rng.gauss(0, 0.5), 3)
+        spike = i >= devices * 20 and rng.random() < spikes  # after a baseline exists
+        if spike:
+            value = round(value + 40.0, 3)
+        message_id = f"{device}-{i:08d}"
+        if rng.random() < malformed:
+            kind = MALFORMED_KINDS[rng.randrange(len(MALFORMED_KINDS))]
+            readings.append(
+                Reading(message_id, device, ts_ms, _broken(kind, device, ts_ms), None, False, kind)
+            )
+            continue
+        body = json.dumps(
+            {"device": device, "ts": ts_ms, "metrics": {"temperature": value, "humidity": 40.0}}
+        )
+        readings.append(Reading(message_id, device, ts_ms, body, value, spike, None))
+    return readings
+
+
+def _broken(kind: str, device: str, ts_ms: int) -> str:
+    if kind == "not json":
+        return "{device: " + device
+    if kind == "no device":
+        return json.dumps({"ts": ts_ms, "metrics": {"temperature": 20.0}})
+    return json.dumps({"device": device, "ts": ts_ms, "metrics": {"temperature": "hot"}})
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Linear interpolation between closest ranks (Spark's exact `percentile`)."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def expected_anomalies(
+    readings: Iterable[Reading], baseline: int = 50, min_baseline: int = 10, threshold: float = 4.0
+) -> set[str]:
+    """Ids of readings more than `threshold` sample deviations from the device's previous
+    `baseline` readings (at least `min_baseline` of them): the job's rule, in Python."""
+    history: dict[str, list[float]] = defaultdict(list)
+    found = set()
+    ordered = sorted(
+        (r for r in readings if r.temperature is not None), key=lambda r: (r.ts_ms, r.id)
+    )
+    for reading in ordered:
+        previous = history[reading.device][-baseline:]
+        if len(previous) >= min_baseline:
+            mean = sum(previous) / len(previous)
+            std = math.sqrt(sum((v - mean) ** 2 for v in previous) / (len(previous) - 1))
+            if std > 0 and abs(reading.temperature - mean) / std > threshold:  # type: ignore[operator]
+                found.add(reading.id)
+        history[reading.device].append(reading.temperature)  # type: ignore[arg-type]
+    return found
+
+
+def expected_windows(
+    readings: Iterable[Reading], window_ms: int = 60_000
+) -> dict[tuple[str, int], dict[str, float]]:
+    """(device, window start ms) -> count, mean, min, max, p95 of temperature."""
+    groups: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for reading in readings:
+        if reading.temperature is not None:
+            start = reading.ts_ms - reading.ts_ms % window_ms
+            groups[(reading.device, start)].append(reading.temperature)
+    return {
+        key: {
+            "count": len(values),
+            "mean": sum(values) / len(values),
+            "min": min(values),
+            "max": max(values),
+            "p95": percentile(values, 0.95),
+        }
+        for key, values in groups.items()
+    }
+
+
+def send(
+    readings: Iterable[Reading],
+    *,
+    url: str,
+    address: str,
+    user: str | None,
+    password: str | None,
+    ca: str | None,
+    rate: float | None = None,
+) -> int:
+    """Send each reading as a durable message (id = reading id), paced at `rate` per second
+    when given; every message is accepted before the next is sent."""
+    import time  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from proton import Message  # noqa: PLC0415
+    from proton.utils import BlockingConnection  # noqa: PLC0415
+
+    from enmesh.clients import connect_options  # noqa: PLC0415
+
+    vhost = user.split("@", 1)[1] if user and "@" in user else None
+    options = connect_options(
+        url,
+        user=user,
+        password=password,
+        vhost=vhost,
+        ca=None if ca is None else Path(ca),
+        mechanisms="SCRAM-SHA-256 PLAIN",
+    )
+    connection = BlockingConnection(**options, timeout=30)
+    sent = 0
+    began = time.monotonic()
+    try:
+        sender = connection.create_sender(address)
+        for reading in readings:
+            if rate:
+                delay = began + sent / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)  # pacing the simulated devices, not waiting for readiness
+            sender.send(
+                Message(
+                    id=reading.id,
+                    body=reading.body,
+                    durable=True,
+                    content_type="application/json",
+                    creation_time=time.time(),
+                )
+            )
+            sent += 1
+    finally:
+        connection.close()
+    return sent

@@ -1,0 +1,183 @@
+"""The telemetry pipeline end to end: simulator -> router mesh -> queue -> Spark -> Parquet,
+alerts and commands back through the mesh. Real routers, real RabbitMQ, real Spark."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from enmesh_spark.consumer import Consumer, Source
+from enmesh_spark.simulator import Reading, expected_anomalies, expected_windows, generate, send
+from enmesh_spark.source import send_rows
+from tests.support.mesh import Mesh, wait_until
+from tests.support.stack import brokered_mesh
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    with brokered_mesh(tmp_path_factory.mktemp("pipeline")) as mesh:
+        yield mesh
+
+
+def _account(mesh: Mesh, identity: str, directory: Path) -> dict[str, str]:
+    password = directory / f"{identity}.password"
+    password.write_text(mesh.passwords[identity])
+    password.chmod(0o600)
+    return {"user": identity, "passwordFile": str(password), "caFile": str(mesh.ca)}
+
+
+def _job(mesh: Mesh, out: Path, *extra: str) -> subprocess.Popen[str]:
+    account = _account(mesh, "backend@iot", out.parent)
+    command = [
+        sys.executable, "-m", "enmesh_spark.telemetry",
+        "--url", mesh.url(0, tls=True),
+        "--user", account["user"],
+        "--password-file", account["passwordFile"],
+        "--ca", account["caFile"],
+        "--out", str(out),
+        "--trigger-seconds", "0.5",
+        *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _finish(job: subprocess.Popen[str], timeout: float = 300) -> str:
+    output, _ = job.communicate(timeout=timeout)
+    assert job.returncode == 0, output[-3000:]
+    return output
+
+
+def _simulate(mesh: Mesh, directory: Path, readings: list[Reading]) -> None:
+    device = _account(mesh, "device@iot", directory)
+    password = Path(device["passwordFile"]).read_text()
+    sent = send(
+        readings, url=mesh.url(1, tls=True), address="events", user="device@iot",
+        password=password, ca=str(mesh.ca),
+    )  # fmt: skip
+    assert sent == len(readings)
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return pq.read_table(path).to_pylist() if path.exists() else []
+
+
+def _assert_windows_match(out: Path, readings: list[Reading]) -> None:
+    expected = expected_windows(readings)
+    got = {
+        (row["device"], int(row["window_start"].timestamp() * 1000)): row
+        for row in _rows(out / "windows_tumbling")
+    }
+    assert set(got) == set(expected)
+    for key, want in expected.items():
+        row = got[key]
+        assert row["count"] == want["count"], key
+        for field in ("mean", "min", "max", "p95"):
+            assert row[field] == pytest.approx(want[field], abs=1e-9), (key, field)
+
+
+def test_pipeline_aggregates_quarantines_and_alerts(stack: Mesh, tmp_path: Path) -> None:
+    readings = generate(seed=7, devices=4, rate=2, duration=400, malformed=0.03, spikes=0.01)
+    spikes = {r.id for r in readings if r.spike}
+    malformed = {r.id: r.reason for r in readings if r.reason}
+    assert spikes and malformed  # the seed injects both
+    backend = _account(stack, "backend@iot", tmp_path)
+    alerts = Consumer(
+        Source(stack.url(1, tls=True), "alerts", "backend@iot",
+               Path(backend["passwordFile"]).read_text(), "iot", str(stack.ca))
+    )  # fmt: skip
+    device = _account(stack, "device@iot", tmp_path)
+    # connected while the job runs: the model gives commands a 60 s TTL on the queue
+    commands = Consumer(
+        Source(stack.url(0, tls=True), "commands", "device@iot",
+               Path(device["passwordFile"]).read_text(), "iot", str(stack.ca))
+    )  # fmt: skip
+    try:
+        _simulate(stack, tmp_path, readings)
+        out = tmp_path / "out"
+        # the TTL the job puts on commands (the queue caps it at the model's 60 s)
+        _finish(_job(stack, out, "--until-idle", "3", "--command-ttl-seconds", "900"))
+        _assert_windows_match(out, readings)
+        stored = _rows(out / "readings")
+        assert len(stored) == len(readings) - len(malformed)
+        quarantined = {row["id"]: row["reason"] for row in _rows(out / "quarantine")}
+        assert quarantined == malformed
+        anomalies = {row["id"] for row in _rows(out / "anomalies")}
+        assert anomalies == expected_anomalies(readings)
+        assert spikes <= anomalies
+        wait_until(lambda: alerts.inbox.qsize() >= len(anomalies), 30, "alerts on the topic")
+        received = alerts.take(10_000, 1)
+        alerts.accept(r.delivery for r in received)
+        assert {str(r.message.id) for r in received} == {f"alert-{i}" for i in anomalies}
+        wait_until(lambda: commands.inbox.qsize() >= len(anomalies), 30, "commands on the queue")
+        got = commands.take(10_000, 1)
+        commands.accept(r.delivery for r in got)
+        assert {str(r.message.id) for r in got} == {f"command-{i}" for i in anomalies}
+        assert all(r.message.ttl == pytest.approx(900.0) for r in got)
+    finally:
+        alerts.close()
+        commands.close()
+
+
+def test_a_killed_job_restarts_from_its_checkpoint_without_loss_or_double_count(
+    stack: Mesh, tmp_path: Path
+) -> None:
+    readings = generate(seed=11, devices=3, rate=5, duration=240)
+    _simulate(stack, tmp_path, readings)
+    out = tmp_path / "out"
+    job = _job(stack, out, "--batch-size", "50")
+    try:
+        wait_until(
+            lambda: len(_rows(out / "readings")) >= 200 or job.poll() is not None,
+            180,
+            "the job to store some readings",
+        )
+        assert job.poll() is None, job.communicate()[0][-3000:]
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)  # mid-stream, no clean shutdown
+        job.wait(timeout=30)
+    partial = len(_rows(out / "readings"))
+    assert 0 < partial < len(readings)
+    _finish(_job(stack, out, "--until-idle", "3"))
+    stored = _rows(out / "readings")
+    assert sorted(row["id"] for row in stored) == sorted(r.id for r in readings)
+    _assert_windows_match(out, readings)
+
+
+def test_expired_commands_are_not_delivered(stack: Mesh, tmp_path: Path) -> None:
+    backend = _account(stack, "backend@iot", tmp_path)
+    options = {"url": stack.url(0, tls=True), **backend}
+    row = {"to": "commands", "subject": "recalibrate", "body": "{}", "properties": {}}
+
+    class Row(dict[str, Any]):
+        def asDict(self) -> dict[str, Any]:  # noqa: N802  (pyspark's Row API)
+            return dict(self)
+
+    sent_at = time.monotonic()
+    send_rows(options, iter([Row(row, id="stale", ttl_ms=1000), Row(row, id="fresh", ttl_ms=None)]))
+    # The TTL is wall-clock time: nothing to observe until it has passed.
+    wait_until(lambda: time.monotonic() - sent_at > 2.0, 5, "the stale command's TTL to pass")
+    device = _account(stack, "device@iot", tmp_path)
+    commands = Consumer(
+        Source(stack.url(1, tls=True), "commands", "device@iot",
+               Path(device["passwordFile"]).read_text(), "iot", str(stack.ca))
+    )  # fmt: skip
+    try:
+        got = commands.take(100, 10)
+        commands.accept(r.delivery for r in got)
+        assert [str(r.message.id) for r in got] == ["fresh"]
+    finally:
+        commands.close()
