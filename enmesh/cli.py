@@ -21,6 +21,7 @@ from enmesh.deploy.secrets import ensure_secrets
 from enmesh.deploy.smoke import run_smoke
 from enmesh.k8s.config import KubeStackError
 from enmesh.model import ModelInvalidError, load_model
+from enmesh_spark import options
 
 DEFAULT_STACKS_DIR = Path("stacks")
 
@@ -230,7 +231,41 @@ def build_parser() -> argparse.ArgumentParser:
     receive.set_defaults(run=_cmd_receive)
     _stack_commands(commands)
     _deploy_commands(commands)
+    _pipeline_commands(commands)
     return parser
+
+
+def _pipeline_commands(commands: Any) -> None:
+    simulate = commands.add_parser(
+        "simulate",
+        help="send seeded device telemetry (JSON readings) to an address",
+        description="Simulate DEVICES devices each sending RATE readings per second for "
+        "DURATION seconds to ADDRESS, optionally with malformed records and spikes. The same "
+        "seed gives the same readings. Exits 1 unless every reading was accepted.",
+    )
+    _connection_options(simulate)
+    options.simulate_arguments(simulate)
+    simulate.set_defaults(run=_cmd_simulate)
+    report = commands.add_parser(
+        "report",
+        help="plot the telemetry job's Parquet output to PNG (per device, and a summary)",
+        description="Render per-device time series with 1 min windows and anomaly marks, and "
+        "a summary, from the telemetry job's output directory.",
+    )
+    options.report_arguments(report)
+    report.set_defaults(run=_cmd_report)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from enmesh_spark import simulator  # noqa: PLC0415
+
+    return simulator.run(args, clients.endpoint_from(args))
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from enmesh_spark import report  # noqa: PLC0415
+
+    return report.run(args)
 
 
 def _connection_options(parser: argparse.ArgumentParser) -> None:
@@ -272,7 +307,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         SasldbError,
         KubeStackError,
     ) as exc:
-        print(f"error: {exc}", file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
     except OSError as exc:
         print(f"error: {exc.strerror}: {exc.filename}", file=sys.stderr)

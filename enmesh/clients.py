@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,24 +148,36 @@ class _Client(MessagingHandler):
 
 
 class Sender(_Client):
+    """Send `messages` as credit allows (at most `rate` per second when given) and count
+    the outcomes the receiving end reports."""
+
     def __init__(
-        self, endpoint: Endpoint, bodies: list[str], subject: str | None, ttl: float | None
+        self, endpoint: Endpoint, messages: Sequence[Message], rate: float | None = None
     ) -> None:
         super().__init__(endpoint)
-        self.bodies, self.subject, self.ttl = bodies, subject, ttl
+        self.messages, self.rate = messages, rate
         self.sent = 0
         self.outcomes = {"accepted": 0, "rejected": 0, "released": 0, "modified": 0}
+        self.began = 0.0
+        self.link: Any = None
 
     def attach(self, event: Any) -> None:
-        event.container.create_sender(self.connection, self.endpoint.address)
+        self.began = time.monotonic()
+        self.link = event.container.create_sender(self.connection, self.endpoint.address)
 
     def on_sendable(self, event: Any) -> None:
-        while event.sender.credit and self.sent < len(self.bodies):
-            message = Message(body=self.bodies[self.sent], subject=self.subject)
-            if self.ttl is not None:
-                message.ttl = self.ttl
-            event.sender.send(message)
+        self.pump(event.container)
+
+    def pump(self, container: Any) -> None:
+        due = len(self.messages)
+        if self.rate:
+            due = min(due, int((time.monotonic() - self.began) * self.rate) + 1)
+        while self.link.credit and self.sent < due:
+            self.link.send(self.messages[self.sent])
             self.sent += 1
+        if self.sent == due < len(self.messages):  # paced: wake when the next one is due
+            next_at = self.began + self.sent / self.rate  # type: ignore[operator]
+            container.schedule(max(0.0, next_at - time.monotonic()), _Pump(self))
 
     def on_settled(self, event: Any) -> None:
         state = event.delivery.remote_state
@@ -175,11 +189,29 @@ class Sender(_Client):
         }.get(state)
         if name:
             self.outcomes[name] += 1
-        if sum(self.outcomes.values()) == len(self.bodies):
+        if sum(self.outcomes.values()) == len(self.messages):
             self.finish()
 
     def progress(self) -> str:
-        return f"{self.sent} of {len(self.bodies)} sent; no credit means no consumer is reachable"
+        return f"{self.sent} of {len(self.messages)} sent; no credit means no consumer is reachable"
+
+
+class _Pump(MessagingHandler):
+    def __init__(self, sender: Sender) -> None:
+        super().__init__()
+        self.sender = sender
+
+    def on_timer_task(self, event: Any) -> None:
+        self.sender.pump(event.container)
+
+
+def send_messages(endpoint: Endpoint, messages: Sequence[Message], rate: float | None) -> Sender:
+    """Send and wait for every outcome; raises ClientError if the link or connection fails."""
+    client = Sender(endpoint, messages, rate)
+    Container(client).run()
+    if client.error:
+        raise ClientError(client.error)
+    return client
 
 
 class Receiver(_Client):
@@ -203,14 +235,15 @@ class Receiver(_Client):
 
 
 def send(args: Any) -> int:
-    bodies = [args.body.replace("{n}", str(i)) for i in range(args.count)]
-    client = Sender(endpoint_from(args), bodies, args.subject, args.ttl)
-    Container(client).run()
-    if client.error:
-        raise ClientError(client.error)
+    expiry = {} if args.ttl is None else {"ttl": args.ttl}
+    messages = [
+        Message(body=args.body.replace("{n}", str(i)), subject=args.subject, **expiry)
+        for i in range(args.count)
+    ]
+    client = send_messages(endpoint_from(args), messages, rate=None)
     summary = ", ".join(f"{n} {state}" for state, n in client.outcomes.items() if n)
     print(f"sent {client.sent} to {args.address}: {summary}")
-    return 0 if client.outcomes["accepted"] == len(bodies) else 1
+    return 0 if client.outcomes["accepted"] == len(messages) else 1
 
 
 def receive(args: Any) -> int:

@@ -6,12 +6,19 @@ malformed records, so a test can compare Spark's output with `expected_windows`.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import random
+import time
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from proton import Message
+
+from enmesh.clients import Endpoint, send_messages
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MALFORMED_KINDS = ("not json", "no device", "temperature not a number")
@@ -122,8 +129,22 @@ def expected_windows(
     }
 
 
+def messages(readings: Iterable[Reading]) -> list[Message]:
+    """Each reading as a durable JSON message whose id is the reading id."""
+    return [
+        Message(
+            id=reading.id,
+            body=reading.body,
+            durable=True,
+            content_type="application/json",
+            creation_time=reading.ts_ms / 1000,
+        )
+        for reading in readings
+    ]
+
+
 def send(
-    readings: Iterable[Reading],
+    readings: Sequence[Reading],
     *,
     url: str,
     address: str,
@@ -131,46 +152,33 @@ def send(
     password: str | None,
     ca: str | None,
     rate: float | None = None,
+    timeout: float = 30,
 ) -> int:
-    """Send each reading as a durable message (id = reading id), paced at `rate` per second
-    when given; every message is accepted before the next is sent."""
-    import time  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-
-    from proton import Message  # noqa: PLC0415
-    from proton.utils import BlockingConnection  # noqa: PLC0415
-
-    from enmesh.clients import connect_options  # noqa: PLC0415
-
+    """Send the readings (at most `rate` per second when given); returns how many the
+    mesh accepted."""
     vhost = user.split("@", 1)[1] if user and "@" in user else None
-    options = connect_options(
-        url,
-        user=user,
-        password=password,
-        vhost=vhost,
-        ca=None if ca is None else Path(ca),
-        mechanisms="SCRAM-SHA-256 PLAIN",
+    pace = 0.0 if rate is None else len(readings) / rate
+    endpoint = Endpoint(
+        url, address, user, password, vhost, None if ca is None else Path(ca), None, timeout + pace
     )
-    connection = BlockingConnection(**options, timeout=30)
-    sent = 0
-    began = time.monotonic()
-    try:
-        sender = connection.create_sender(address)
-        for reading in readings:
-            if rate:
-                delay = began + sent / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)  # pacing the simulated devices, not waiting for readiness
-            sender.send(
-                Message(
-                    id=reading.id,
-                    body=reading.body,
-                    durable=True,
-                    content_type="application/json",
-                    creation_time=time.time(),
-                )
-            )
-            sent += 1
-    finally:
-        connection.close()
-    return sent
+    return send_messages(endpoint, messages(readings), rate).outcomes["accepted"]
+
+
+def run(args: argparse.Namespace, endpoint: Endpoint) -> int:
+    total_rate = args.devices * args.rate
+    readings = generate(
+        seed=args.seed, devices=args.devices, rate=total_rate, duration=args.duration,
+        malformed=args.malformed, spikes=args.spikes,
+        start_ms=int(time.time() * 1000) if args.start_ms is None else args.start_ms,
+    )  # fmt: skip
+    paced = None if args.no_pace else total_rate
+    timeout = endpoint.timeout + (0 if paced is None else args.duration)
+    client = send_messages(replace(endpoint, timeout=timeout), messages(readings), paced)
+    malformed = sum(1 for r in readings if r.reason)
+    spikes = sum(1 for r in readings if r.spike)
+    outcomes = ", ".join(f"{n} {state}" for state, n in client.outcomes.items() if n)
+    print(
+        f"sent {client.sent} readings of {args.devices} devices to {endpoint.address} "
+        f"({malformed} malformed, {spikes} spikes): {outcomes}"
+    )
+    return 0 if client.outcomes["accepted"] == len(readings) else 1

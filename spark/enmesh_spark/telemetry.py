@@ -18,7 +18,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import date, timedelta
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,6 +32,11 @@ from enmesh_spark.source import AmqpDataSource
 
 TELEMETRY_SCHEMA = "device string, ts long, metrics map<string,double>"
 RAW_METRICS_SCHEMA = "metrics map<string,string>"
+READING_COLUMNS = (
+    "id", "device", "ts", "temperature", "humidity", "received_time", "processed_time", "date"
+)  # fmt: skip
+QUARANTINE_COLUMNS = ("id", "body", "reason", "received_time", "date")
+SLIDE = timedelta(minutes=5)  # the longest window: how far a reading reaches into a neighbour day
 
 
 @dataclass(frozen=True)
@@ -45,18 +53,28 @@ class JobConfig:
         return str(self.out / table)
 
 
-def _table(spark: SparkSession, path: str) -> DataFrame | None:
-    """A stored table, or None before its first row was written."""
-    return spark.read.parquet(path) if any(Path(path).glob("date=*/*.parquet")) else None
+def _partitions(path: str, dates: Iterable[date]) -> list[str]:
+    """The stored partitions of `dates` (only these are listed and read)."""
+    found = [f"{path}/date={day.isoformat()}" for day in sorted(set(dates))]
+    return [partition for partition in found if any(Path(partition).glob("*.parquet"))]
+
+
+def _stored(spark: SparkSession, path: str, dates: Iterable[date]) -> DataFrame | None:
+    """The rows of a table in the given dates, or None when it holds none yet."""
+    partitions = _partitions(path, dates)
+    if not partitions:
+        return None
+    return spark.read.option("basePath", path).parquet(*partitions)
 
 
 def _append(frame: DataFrame, path: str) -> None:
-    if not frame.isEmpty():
-        frame.write.mode("append").partitionBy("date").parquet(path)
+    # one file per date and batch: fewer, larger files keep later reads cheap
+    frame.repartition("date").write.mode("append").partitionBy("date").parquet(path)
 
 
-def parse(batch: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(readings, quarantine) of a batch of messages."""
+def check(batch: DataFrame) -> DataFrame:
+    """Every message of a batch with its parsed fields and, when it is unusable, `reason`.
+    `date` is the reading's date, or for a quarantined message the date it was received."""
     parsed = batch.withColumn("t", F.from_json("body", TELEMETRY_SCHEMA)).withColumn(
         "raw", F.from_json("body", RAW_METRICS_SCHEMA)
     )
@@ -71,20 +89,29 @@ def parse(batch: DataFrame) -> tuple[DataFrame, DataFrame]:
             ).otherwise(F.lit("no temperature")),
         )
     )
-    checked = parsed.withColumn("reason", reason)
-    quarantine = checked.where(F.col("reason").isNotNull()).select(
-        "id", "body", "reason", "received_time", F.to_date("received_time").alias("date")
-    )
-    readings = checked.where(F.col("reason").isNull()).select(
+    ts = (F.col("t.ts") / 1000).cast("timestamp")
+    return parsed.withColumn("reason", reason).select(
         "id",
+        "body",
+        "reason",
+        "received_time",
         F.col("t.device").alias("device"),
-        (F.col("t.ts") / 1000).cast("timestamp").alias("ts"),
+        ts.alias("ts"),
         F.col("t.metrics.temperature").alias("temperature"),
         F.col("t.metrics.humidity").alias("humidity"),
-        "received_time",
         F.current_timestamp().alias("processed_time"),
+        F.when(F.col("reason").isNull(), F.to_date(ts))
+        .otherwise(F.to_date("received_time"))
+        .alias("date"),
     )
-    return readings.withColumn("date", F.to_date("ts")), quarantine
+
+
+def quarantined(checked: DataFrame) -> DataFrame:
+    return checked.where(F.col("reason").isNotNull()).select(*QUARANTINE_COLUMNS)
+
+
+def valid(checked: DataFrame) -> DataFrame:
+    return checked.where(F.col("reason").isNull()).select(*READING_COLUMNS)
 
 
 def _new_only(rows: DataFrame, existing: DataFrame | None) -> DataFrame:
@@ -134,8 +161,7 @@ def _notify(found: DataFrame, config: JobConfig) -> None:
         F.create_map(F.lit("device"), "device").alias("properties"),
     )
     outgoing = alerts.unionByName(commands)
-    if not outgoing.isEmpty():
-        outgoing.write.format("amqp").options(**config.sink).mode("append").save()
+    outgoing.write.format("amqp").options(**config.sink).mode("append").save()
 
 
 def windows(readings: DataFrame, duration: str, slide: str | None = None) -> DataFrame:
@@ -163,37 +189,90 @@ def windows(readings: DataFrame, duration: str, slide: str | None = None) -> Dat
     )
 
 
+@dataclass(frozen=True)
+class BatchDays:
+    """Which dates a batch touches: what to read, and which window partitions to rewrite."""
+
+    readings: list[date]  # dates of the batch's valid readings
+    quarantine: list[date]
+    near_start: list[date]  # dates with a reading in their first SLIDE (previous day's windows)
+
+    @classmethod
+    def of(cls, checked: DataFrame) -> BatchDays:
+        rows = (
+            checked.groupBy(F.col("reason").isNull().alias("valid"), "date")
+            .agg(
+                (
+                    F.unix_timestamp(F.min("ts"))
+                    - F.unix_timestamp(F.col("date").cast("timestamp"))
+                    < SLIDE.total_seconds()
+                ).alias("near_start")
+            )
+            .collect()
+        )
+        return cls(
+            readings=sorted(row.date for row in rows if row.valid),
+            quarantine=sorted(row.date for row in rows if not row.valid),
+            near_start=sorted(row.date for row in rows if row.valid and row.near_start),
+        )
+
+    def history(self) -> list[date]:
+        """The baseline of a device may reach into the day before."""
+        return sorted({day - timedelta(days=1) for day in self.readings} | set(self.readings))
+
+    def window_dates(self) -> list[date]:
+        """Window partitions to recompute: the batch's dates, and the day before when a
+        reading falls into that day's last (sliding) windows."""
+        return sorted(set(self.readings) | {day - timedelta(days=1) for day in self.near_start})
+
+
 def process_batch(batch: DataFrame, batch_id: int, config: JobConfig) -> None:
-    """One micro-batch. Spark re-lists a table's files whenever a plan runs, and writing to
-    a path drops cached plans that read it, so the new readings are materialised first and
-    `readings/` is appended last: it is what later batches deduplicate against, and a crash
-    before it makes the replay recompute everything else the same way."""
+    """One micro-batch. The parsed batch and the new readings are materialised once (a
+    write to a table drops cached plans that read it); `readings/` is appended last: it is
+    what later batches deduplicate against, so a crash before it makes the replay
+    recompute everything else the same way."""
     spark = batch.sparkSession
-    readings, quarantine = parse(batch)
-    _append(
-        _new_only(quarantine, _table(spark, config.path("quarantine"))), config.path("quarantine")
-    )
-    stored = _table(spark, config.path("readings"))
-    new = _new_only(readings, stored).localCheckpoint(eager=True)
+    checked = check(batch).localCheckpoint(eager=True)
+    days = BatchDays.of(checked)
+    if days.quarantine:
+        stored = _stored(spark, config.path("quarantine"), days.quarantine)
+        _append(_new_only(quarantined(checked), stored), config.path("quarantine"))
+    if not days.readings:
+        return
+    stored = _stored(spark, config.path("readings"), days.history())
+    new = _new_only(valid(checked), stored).localCheckpoint(eager=True)
     if new.isEmpty():
         return
     found = anomalies(new, stored, config).localCheckpoint(eager=True)
-    _notify(found, config)
-    _append(_new_only(found, _table(spark, config.path("anomalies"))), config.path("anomalies"))
-    dates = [row.date for row in new.select("date").distinct().collect()]
-    touched = new if stored is None else stored.select(new.columns).unionByName(new)
-    touched = touched.where(F.col("date").isin(dates))
-    for table, frame in (
-        ("windows_tumbling", windows(touched, "1 minute")),
-        ("windows_sliding", windows(touched, "5 minutes", "1 minute")),
-    ):
-        frame.write.mode("overwrite").partitionBy("date").parquet(config.path(table))
+    if not found.isEmpty():
+        _notify(found, config)
+        stored_found = _stored(spark, config.path("anomalies"), days.readings)
+        _append(_new_only(found, stored_found), config.path("anomalies"))
+    _rewrite_windows(spark, new, days, config)
     _append(new, config.path("readings"))
+
+
+def _rewrite_windows(
+    spark: SparkSession, new: DataFrame, days: BatchDays, config: JobConfig
+) -> None:
+    """Recompute every window of the affected dates (exact p95 needs all their readings)."""
+    rewrite = days.window_dates()
+    inputs = sorted(set(rewrite) | {day + timedelta(days=1) for day in rewrite})
+    stored = _stored(spark, config.path("readings"), inputs)
+    readings = new if stored is None else stored.select(*READING_COLUMNS).unionByName(new)
+    for table, frame in (
+        ("windows_tumbling", windows(readings, "1 minute")),
+        ("windows_sliding", windows(readings, "5 minutes", "1 minute")),
+    ):
+        frame.where(F.col("date").isin(rewrite)).write.mode("overwrite").partitionBy(
+            "date"
+        ).parquet(config.path(table))
 
 
 def start(spark: SparkSession, config: JobConfig, trigger_seconds: float = 1.0):  # type: ignore[no-untyped-def]
     spark.dataSource.register(AmqpDataSource)
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # dates and windows are UTC
     stream = spark.readStream.format("amqp").options(**config.source).load()
     return (
         stream.writeStream.foreachBatch(lambda df, i: process_batch(df, i, config))
@@ -203,19 +282,23 @@ def start(spark: SparkSession, config: JobConfig, trigger_seconds: float = 1.0):
     )
 
 
-def run_until_idle(query, idle_checks: int, trigger_seconds: float) -> None:  # type: ignore[no-untyped-def]
-    """Run until stopped, or until `idle_checks` checks in a row saw no new batch and no data."""
-    last_batch, idle = -1, 0
-    while idle_checks == 0 or idle < idle_checks:
-        if query.awaitTermination(trigger_seconds * 2):
-            return
+def run_until_idle(query, idle_seconds: float, poll_seconds: float) -> None:  # type: ignore[no-untyped-def]
+    """Run until stopped or, with `idle_seconds`, until no message has arrived for that long
+    and no batch is running. (Spark's `isTriggerActive` is no idle signal: the source's
+    read waits for messages inside every trigger.)"""
+    seen, rows_at = None, time.monotonic()
+    while not query.awaitTermination(poll_seconds):
         progress = query.lastProgress
-        batch = -1 if progress is None else progress["batchId"]
-        if batch != last_batch:
-            print(f"batch {batch}: {progress['numInputRows']} rows", flush=True)
-            last_batch, idle = batch, 0
-        elif not (query.status["isDataAvailable"] or query.status["isTriggerActive"]):
-            idle += 1
+        if progress is None:  # still starting: idle time counts from the first trigger
+            rows_at = time.monotonic()
+            continue
+        if progress["batchId"] != seen and progress["numInputRows"]:
+            print(f"batch {progress['batchId']}: {progress['numInputRows']} rows", flush=True)
+            rows_at = time.monotonic()
+        seen = progress["batchId"]
+        processing = query.status["message"].startswith("Processing")
+        if idle_seconds and not processing and time.monotonic() - rows_at >= idle_seconds:
+            return
 
 
 def _options(args: argparse.Namespace, address: str) -> dict[str, str]:
@@ -233,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--user", required=True, help="SASL identity, e.g. backend@iot")
     parser.add_argument("--password-file", type=Path, required=True)
     parser.add_argument("--ca", type=Path, help="CA certificate for amqps")
-    parser.add_argument("--address", default="events", help="telemetry address (a queue)")
+    parser.add_argument("--address", default="readings", help="telemetry address (a queue)")
     parser.add_argument("--out", type=Path, required=True, help="output directory (Parquet)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--trigger-seconds", type=float, default=1.0)
@@ -241,10 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--command-ttl-seconds", type=float, default=30.0)
     parser.add_argument(
         "--until-idle",
-        type=int,
+        type=float,
         default=0,
-        metavar="N",
-        help="stop after N consecutive empty micro-batches (0: run until stopped)",
+        metavar="SECONDS",
+        help="stop once no message arrived for SECONDS (default 0: run until stopped)",
     )
     args = parser.parse_args(argv)
     source = _options(args, args.address) | {"batchSize": str(args.batch_size)}

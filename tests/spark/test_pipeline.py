@@ -65,7 +65,7 @@ def _simulate(mesh: Mesh, directory: Path, readings: list[Reading]) -> None:
     device = _account(mesh, "device@iot", directory)
     password = Path(device["passwordFile"]).read_text()
     sent = send(
-        readings, url=mesh.url(1, tls=True), address="events", user="device@iot",
+        readings, url=mesh.url(1, tls=True), address="readings", user="device@iot",
         password=password, ca=str(mesh.ca),
     )  # fmt: skip
     assert sent == len(readings)
@@ -109,7 +109,7 @@ def test_pipeline_aggregates_quarantines_and_alerts(stack: Mesh, tmp_path: Path)
         _simulate(stack, tmp_path, readings)
         out = tmp_path / "out"
         # the TTL the job puts on commands (the queue caps it at the model's 60 s)
-        _finish(_job(stack, out, "--until-idle", "3", "--command-ttl-seconds", "900"))
+        _finish(_job(stack, out, "--until-idle", "10", "--command-ttl-seconds", "900"))
         _assert_windows_match(out, readings)
         stored = _rows(out / "readings")
         assert len(stored) == len(readings) - len(malformed)
@@ -151,7 +151,7 @@ def test_a_killed_job_restarts_from_its_checkpoint_without_loss_or_double_count(
         job.wait(timeout=30)
     partial = len(_rows(out / "readings"))
     assert 0 < partial < len(readings)
-    _finish(_job(stack, out, "--until-idle", "3"))
+    _finish(_job(stack, out, "--until-idle", "10"))
     stored = _rows(out / "readings")
     assert sorted(row["id"] for row in stored) == sorted(r.id for r in readings)
     _assert_windows_match(out, readings)

@@ -45,7 +45,7 @@ def test_no_command_is_a_usage_error() -> None:
 def test_validate_sample_model() -> None:
     result = run("validate", "stacks/iot.model.yml")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok: 2 address spaces, 9 addresses, 3 users in 1 file(s)"
+    assert result.stdout.strip() == "ok: 2 address spaces, 10 addresses, 3 users in 1 file(s)"
 
 
 def test_validate_broken_model_prints_every_problem(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def test_tenants_are_separated_by_prefix_and_vhost(local: dict[str, str]) -> Non
 def test_device_user_rights_match_the_model(local: dict[str, str]) -> None:
     device = json.loads(local["auth/policies/iot.json"])[0][1]["groups"]["device"]
     assert device["users"] == "device@iot"
-    assert device["targets"] == "events, telemetry"
+    assert device["targets"] == "events, readings, telemetry"
     assert device["sources"] == "broadcast, commands"
     backend = json.loads(local["auth/policies/iot.json"])[0][1]["groups"]["backend"]
     assert "alerts::audit" in backend["sources"]  # subscriptions are read as topic::sub
@@ -94,7 +94,9 @@ def test_device_user_rights_match_the_model(local: dict[str, str]) -> None:
 def test_broker_queues_carry_ttl_delivery_limit_and_dead_letter(local: dict[str, str]) -> None:
     definitions = json.loads(local["brokers/broker-0.definitions.json"])
     queues = {q["name"]: q for q in definitions["queues"]}
-    assert set(queues) == {"acme.orders", "iot.audit", "iot.commands", "iot.dlq", "iot.events"}
+    assert set(queues) == {
+        "acme.orders", "iot.audit", "iot.commands", "iot.dlq", "iot.events", "iot.readings"
+    }  # fmt: skip
     assert queues["iot.commands"]["arguments"]["x-message-ttl"] == 60_000
     assert queues["iot.events"]["arguments"]["x-delivery-limit"] == 5
     assert queues["iot.events"]["arguments"]["x-dead-letter-routing-key"] == "iot.dlq"

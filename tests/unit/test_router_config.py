@@ -128,6 +128,7 @@ def test_local_router_0_in_detail(tmp_path: Path) -> None:
         "iot/commands",
         "iot/dlq",
         "iot/events",
+        "iot/readings",
         "iot/telemetry",
     ]
     assert {a.prefix: a.distribution for a in config.addresses}["iot/broadcast"] is (
@@ -138,13 +139,14 @@ def test_local_router_0_in_detail(tmp_path: Path) -> None:
         "iot/commands",
         "iot/dlq",
         "iot/events",
+        "iot/readings",
     ]
     assert {(r.prefix, r.direction, r.add_external_prefix) for r in config.link_routes} == {
         ("iot/alerts", Direction.OUT, "/exchange/iot.alerts"),
         ("iot/alerts", Direction.IN, "/exchange/iot.alerts"),  # `#` is a value, not a comment
         ("iot/alerts::audit", Direction.IN, "/amq/queue/iot.audit"),
     }
-    assert len(config.auto_links) == 7
+    assert len(config.auto_links) == 9
     assert all(
         link.phase == (1 if link.direction is Direction.IN else 0) for link in config.auto_links
     )
@@ -225,7 +227,7 @@ def test_vhost_policies_come_back(layout: Layout, tmp_path: Path) -> None:
     assert iot is not None
     device = iot.groups["device"]
     assert device.sources == ("broadcast", "commands")
-    assert device.targets == ("events", "telemetry")
+    assert device.targets == ("events", "readings", "telemetry")
     assert iot.group_for("device@iot") is device
     assert not device.allow_admin_status_update and device.allow_dynamic_source
 
@@ -244,6 +246,7 @@ def test_inline_vhost_as_the_compiler_writes_it(layout: Layout, tmp_path: Path) 
         "alerts::audit",
         "dlq",
         "events",
+        "readings",
         "telemetry",
         "$management",
     )
