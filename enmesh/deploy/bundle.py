@@ -15,13 +15,15 @@ from pathlib import Path
 ROOT = "enmesh-src"
 TOP_LEVEL_FILES = ("pyproject.toml", "README.md")
 PACKAGE_SUFFIXES = {".py", ".typed"}
+PACKAGES = ("enmesh", "spark/enmesh_spark")  # as pyproject.toml finds them
 
 
 def _members(project: Path) -> list[Path]:
     files = [project / name for name in TOP_LEVEL_FILES]
     files += [
         path
-        for path in (project / "enmesh").rglob("*")
+        for package in PACKAGES
+        for path in (project / package).rglob("*")
         if path.is_file() and path.suffix in PACKAGE_SUFFIXES and "__pycache__" not in path.parts
     ]
     return sorted(files)

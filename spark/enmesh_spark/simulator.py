@@ -57,7 +57,7 @@ def generate(
         spike = i >= devices * 20 and rng.random() < spikes  # after a baseline exists
         if spike:
             value = round(value + 40.0, 3)
-        message_id = f"{device}-{i:08d}"
+        message_id = f"{device}-{ts_ms}"  # unique per device and time: runs never collide
         if rng.random() < malformed:
             kind = MALFORMED_KINDS[rng.randrange(len(MALFORMED_KINDS))]
             readings.append(

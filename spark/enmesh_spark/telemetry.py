@@ -318,7 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ca", type=Path, help="CA certificate for amqps")
     parser.add_argument("--address", default="readings", help="telemetry address (a queue)")
     parser.add_argument("--out", type=Path, required=True, help="output directory (Parquet)")
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--master", help="Spark master URL (default: spark-submit's --master, else local[*])"
+    )
     parser.add_argument("--trigger-seconds", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--command-ttl-seconds", type=float, default=30.0)
@@ -339,10 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Spark's Python workers must run this interpreter (its venv holds enmesh_spark, proton).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("enmesh-telemetry")
+    if args.master:
+        builder = builder.master(args.master)
     spark = (
-        SparkSession.builder.master(args.master)
-        .appName("enmesh-telemetry")
-        .config("spark.sql.shuffle.partitions", "4")
+        builder.config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
         .getOrCreate()
     )

@@ -1,0 +1,149 @@
+"""Telemetry pipeline throughput and latency on the running local stack (`make up`).
+
+Sends seeded readings through the mesh to the `readings` queue, where the deployed job
+(Spark standalone, supervised) consumes them, and measures when each reading became
+visible in `readings/` (the mtime of the Parquet file holding it) against when it was
+sent (its timestamp: the simulator paces sends to the timestamps). Then, as the ceiling,
+Spark in local mode runs the same per-batch processing over the same readings from JSON
+files. Prints the figures and writes benchmarks/results/pipeline.json.
+
+    .venv/bin/python benchmarks/pipeline.py [--rates 100 400] [--seconds 45]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds  # type: ignore[import-untyped]
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "spark"))
+
+from enmesh.deploy.smoke import Stack  # noqa: E402
+from enmesh_spark.simulator import Reading, generate, send  # noqa: E402
+
+OUTPUT = Path("/var/lib/enmesh/telemetry/readings")
+RESULTS = ROOT / "benchmarks" / "results" / "pipeline.json"
+
+
+def _local_stack() -> Stack:
+    build = ROOT / "build" / "local"
+    endpoints = json.loads((build / "endpoints.json").read_text())
+    deployment = json.loads((build / "deploy.json").read_text())
+    return Stack(deployment, build, Path(endpoints["secrets"]), Path(endpoints["ca"]))
+
+
+def _visible_at(table: Path, wanted: set[str]) -> dict[str, float]:
+    """id -> mtime of the Parquet file that holds it (when the row became readable)."""
+    seen: dict[str, float] = {}
+    if not table.exists():
+        return seen
+    for fragment in ds.dataset(table, format="parquet", partitioning="hive").get_fragments():
+        ids = fragment.to_table(columns=["id"]).column("id").to_pylist()
+        mtime = Path(fragment.path).stat().st_mtime
+        seen.update({i: mtime for i in ids if i in wanted})
+    return seen
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _summary(readings: list[Reading], visible: dict[str, float], began: float) -> dict[str, Any]:
+    latencies = [visible[r.id] - r.ts_ms / 1000 for r in readings if r.id in visible]
+    done = max(visible.values()) if visible else began
+    return {
+        "readings": len(readings),
+        "stored": len(visible),
+        "events_per_s": round(len(visible) / max(done - began, 1e-9), 1),
+        "p50_s": round(statistics.median(latencies), 3) if latencies else None,
+        "p99_s": round(_percentile(latencies, 0.99), 3) if latencies else None,
+        "max_s": round(max(latencies), 3) if latencies else None,
+    }
+
+
+def through_mesh(
+    stack: Stack, rate: float, seconds: float, seed: int, wait: float
+) -> dict[str, Any]:
+    devices = 20
+    began = time.time()
+    readings = generate(
+        seed=seed, devices=devices, rate=rate, duration=seconds, start_ms=int(began * 1000)
+    )
+    accepted = send(
+        readings, url=stack.urls()[0], address="readings", user="device@iot",
+        password=stack.password("device@iot"), ca=str(stack.ca), rate=rate,
+    )  # fmt: skip
+    wanted = {r.id for r in readings}
+    deadline = time.time() + wait
+    visible = _visible_at(OUTPUT, wanted)
+    while len(visible) < len(wanted) and time.time() < deadline:
+        time.sleep(1)  # polling the output for the stragglers, not a readiness wait
+        visible = _visible_at(OUTPUT, wanted)
+    return {"rate": rate, "seconds": seconds, "accepted": accepted} | _summary(
+        readings, visible, began
+    )
+
+
+def from_files(readings: list[Reading]) -> dict[str, Any]:
+    """Spark (local[2]) running the job's per-batch processing over the readings as files:
+    the same work without the mesh, the ceiling for the pipeline."""
+    work = Path(tempfile.mkdtemp(prefix="enmesh-bench-"))
+    try:
+        (work / "in").mkdir()
+        for part in range(0, len(readings), 2000):
+            lines = [
+                json.dumps({"id": r.id, "body": r.body, "address": "readings"})
+                for r in readings[part : part + 2000]
+            ]
+            (work / "in" / f"{part:08d}.json").write_text("\n".join(lines))
+        command = [sys.executable, str(Path(__file__).with_name("pipeline_files.py")),
+                   str(work / "in"), str(work / "out")]  # fmt: skip
+        env = os.environ | {"PYTHONPATH": f"{ROOT}:{ROOT / 'spark'}"}
+        result = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+        return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", type=float, nargs="+", default=[100.0, 400.0])
+    parser.add_argument("--seconds", type=float, default=45.0)
+    parser.add_argument("--wait", type=float, default=180.0, help="seconds to wait for output")
+    args = parser.parse_args()
+    stack = _local_stack()
+    runs = [
+        through_mesh(stack, rate, args.seconds, seed, args.wait)
+        for seed, rate in enumerate(args.rates, start=100)
+    ]
+    for run in runs:
+        print(f"mesh -> Spark at {run['rate']:g}/s: {json.dumps(run)}", flush=True)
+    ceiling_readings = generate(seed=7, devices=20, rate=400, duration=args.seconds)
+    ceiling = from_files(ceiling_readings)
+    print(f"files -> Spark (ceiling): {json.dumps(ceiling)}")
+    results = {
+        "mesh": runs,
+        "files_ceiling": ceiling,
+        "target": "keep up with the mesh's anycast rate with p99 < 3 s",
+        "cpus": os.cpu_count(),
+    }
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

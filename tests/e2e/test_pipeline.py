@@ -1,0 +1,49 @@
+"""The deployed telemetry pipeline: Spark master, worker and job under supervisord, bound
+to loopback, turning readings sent through the mesh into Parquet."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from enmesh.deploy.smoke import Stack
+from enmesh_spark.simulator import generate, send
+from tests.support.mesh import wait_until
+
+PROGRAMS = ("enmesh-spark-master", "enmesh-spark-worker", "enmesh-telemetry")
+OUTPUT = Path("/var/lib/enmesh/telemetry")  # the spark role's enmesh_spark_output_dir
+
+
+def test_spark_and_the_job_run_under_supervisord(host: Any) -> None:
+    for name in PROGRAMS:
+        program = host.supervisor(name)
+        assert program.is_running, f"{name}: {program.status}"
+
+
+def test_spark_listens_only_on_loopback(host: Any) -> None:
+    sockets = host.check_output("ss -ltnpH")
+    java = [line for line in sockets.splitlines() if '"java"' in line]
+    assert any("127.0.0.1:7077 " in line for line in java), sockets
+    exposed = [line for line in java if "127.0.0.1:" not in line.split()[3]]
+    assert not exposed, f"Spark listening beyond loopback: {exposed}"
+
+
+def _stored_ids() -> set[str]:
+    table = OUTPUT / "readings"
+    if not any(table.glob("date=*/*.parquet")):
+        return set()
+    return set(pq.read_table(table, columns=["id"]).column("id").to_pylist())
+
+
+def test_readings_sent_through_the_mesh_land_in_parquet(stack: Stack) -> None:
+    readings = generate(seed=3, devices=3, rate=10, duration=3, start_ms=int(time.time() * 1000))
+    accepted = send(
+        readings, url=stack.urls()[-1], address="readings", user="device@iot",
+        password=stack.password("device@iot"), ca=str(stack.ca),
+    )  # fmt: skip
+    assert accepted == len(readings)
+    wanted = {r.id for r in readings}
+    wait_until(lambda: wanted <= _stored_ids(), 240, "the job to store the readings")
