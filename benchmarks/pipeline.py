@@ -83,7 +83,7 @@ def through_mesh(
         seed=seed, devices=devices, rate=rate, duration=seconds, start_ms=int(began * 1000)
     )
     accepted = send(
-        readings, url=stack.urls()[0], address="readings", user="device@iot",
+        readings, url=stack.urls[0], address="readings", user="device@iot",
         password=stack.password("device@iot"), ca=str(stack.ca), rate=rate,
     )  # fmt: skip
     wanted = {r.id for r in readings}
@@ -97,7 +97,7 @@ def through_mesh(
     )
 
 
-def from_files(readings: list[Reading]) -> dict[str, Any]:
+def from_files(stack: Stack, readings: list[Reading]) -> dict[str, Any]:
     """Spark (local[2]) running the job's per-batch processing over the readings as files:
     the same work without the mesh, the ceiling for the pipeline."""
     work = Path(tempfile.mkdtemp(prefix="enmesh-bench-"))
@@ -109,8 +109,12 @@ def from_files(readings: list[Reading]) -> dict[str, Any]:
                 for r in readings[part : part + 2000]
             ]
             (work / "in" / f"{part:08d}.json").write_text("\n".join(lines))
+        secret = next(s for s in stack.deployment["secrets"] if s["name"] == "iot-backend")
+        password_file = stack.secrets_dir / secret["name"] / secret["key"]
+        sink = {"url": stack.urls[0], "user": "backend@iot", "caFile": str(stack.ca),
+                "passwordFile": str(password_file)}  # fmt: skip
         command = [sys.executable, str(Path(__file__).with_name("pipeline_files.py")),
-                   str(work / "in"), str(work / "out")]  # fmt: skip
+                   str(work / "in"), str(work / "out"), json.dumps(sink)]  # fmt: skip
         env = os.environ | {"PYTHONPATH": f"{ROOT}:{ROOT / 'spark'}"}
         result = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
         return dict(json.loads(result.stdout.strip().splitlines()[-1]))
@@ -132,7 +136,7 @@ def main() -> int:
     for run in runs:
         print(f"mesh -> Spark at {run['rate']:g}/s: {json.dumps(run)}", flush=True)
     ceiling_readings = generate(seed=7, devices=20, rate=400, duration=args.seconds)
-    ceiling = from_files(ceiling_readings)
+    ceiling = from_files(stack, ceiling_readings)
     print(f"files -> Spark (ceiling): {json.dumps(ceiling)}")
     results = {
         "mesh": runs,

@@ -23,11 +23,17 @@ def test_spark_and_the_job_run_under_supervisord(host: Any) -> None:
         assert program.is_running, f"{name}: {program.status}"
 
 
+def _local_address(column: str) -> tuple[str, str]:
+    """`[::ffff:127.0.0.1]:7077` (an IPv4-mapped Java socket) -> ("127.0.0.1", "7077")."""
+    host, port = column.rsplit(":", 1)
+    return host.strip("[]").removeprefix("::ffff:"), port
+
+
 def test_spark_listens_only_on_loopback(host: Any) -> None:
     sockets = host.check_output("ss -ltnpH")
-    java = [line for line in sockets.splitlines() if '"java"' in line]
-    assert any("127.0.0.1:7077 " in line for line in java), sockets
-    exposed = [line for line in java if "127.0.0.1:" not in line.split()[3]]
+    java = [_local_address(line.split()[3]) for line in sockets.splitlines() if '"java"' in line]
+    assert ("127.0.0.1", "7077") in java, sockets
+    exposed = [f"{address}:{port}" for address, port in java if address != "127.0.0.1"]
     assert not exposed, f"Spark listening beyond loopback: {exposed}"
 
 
@@ -41,7 +47,7 @@ def _stored_ids() -> set[str]:
 def test_readings_sent_through_the_mesh_land_in_parquet(stack: Stack) -> None:
     readings = generate(seed=3, devices=3, rate=10, duration=3, start_ms=int(time.time() * 1000))
     accepted = send(
-        readings, url=stack.urls()[-1], address="readings", user="device@iot",
+        readings, url=stack.urls[-1], address="readings", user="device@iot",
         password=stack.password("device@iot"), ca=str(stack.ca),
     )  # fmt: skip
     assert accepted == len(readings)
