@@ -71,6 +71,14 @@ def _simulate(mesh: Mesh, directory: Path, readings: list[Reading]) -> None:
     assert sent == len(readings)
 
 
+def _consumer(mesh: Mesh, router: int, address: str, identity: str) -> Consumer:
+    source = Source(
+        mesh.url(router, tls=True), address, identity, mesh.passwords[identity], "iot",
+        str(mesh.ca),
+    )  # fmt: skip
+    return Consumer(source)
+
+
 def _rows(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist() if path.exists() else []
 
@@ -94,17 +102,9 @@ def test_pipeline_aggregates_quarantines_and_alerts(stack: Mesh, tmp_path: Path)
     spikes = {r.id for r in readings if r.spike}
     malformed = {r.id: r.reason for r in readings if r.reason}
     assert spikes and malformed  # the seed injects both
-    backend = _account(stack, "backend@iot", tmp_path)
-    alerts = Consumer(
-        Source(stack.url(1, tls=True), "alerts", "backend@iot",
-               Path(backend["passwordFile"]).read_text(), "iot", str(stack.ca))
-    )  # fmt: skip
-    device = _account(stack, "device@iot", tmp_path)
+    alerts = _consumer(stack, 1, "alerts", "backend@iot")
     # connected while the job runs: the model gives commands a 60 s TTL on the queue
-    commands = Consumer(
-        Source(stack.url(0, tls=True), "commands", "device@iot",
-               Path(device["passwordFile"]).read_text(), "iot", str(stack.ca))
-    )  # fmt: skip
+    commands = _consumer(stack, 0, "commands", "device@iot")
     try:
         _simulate(stack, tmp_path, readings)
         out = tmp_path / "out"
@@ -170,11 +170,7 @@ def test_expired_commands_are_not_delivered(stack: Mesh, tmp_path: Path) -> None
     send_rows(options, iter([Row(row, id="stale", ttl_ms=1000), Row(row, id="fresh", ttl_ms=None)]))
     # The TTL is wall-clock time: nothing to observe until it has passed.
     wait_until(lambda: time.monotonic() - sent_at > 2.0, 5, "the stale command's TTL to pass")
-    device = _account(stack, "device@iot", tmp_path)
-    commands = Consumer(
-        Source(stack.url(1, tls=True), "commands", "device@iot",
-               Path(device["passwordFile"]).read_text(), "iot", str(stack.ca))
-    )  # fmt: skip
+    commands = _consumer(stack, 1, "commands", "device@iot")
     try:
         got = commands.take(100, 10)
         commands.accept(r.delivery for r in got)
