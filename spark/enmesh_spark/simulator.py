@@ -44,6 +44,7 @@ def generate(
     malformed: float = 0.0,
     spikes: float = 0.0,
     start_ms: int = START_MS,
+    device_prefix: str = "dev",
 ) -> list[Reading]:
     """`rate` messages per second for `duration` seconds, round-robin over `devices`."""
     rng = random.Random(seed)
@@ -51,7 +52,7 @@ def generate(
     total = int(rate * duration)
     readings = []
     for i in range(total):
-        device = f"dev-{i % devices:04d}"
+        device = f"{device_prefix}-{i % devices:04d}"
         ts_ms = start_ms + int(i * 1000 / rate)
         value = round(base[i % devices] + rng.gauss(0, 0.5), 3)
         spike = i >= devices * 20 and rng.random() < spikes  # after a baseline exists
