@@ -115,8 +115,7 @@ def from_files(stack: Stack, readings: list[Reading]) -> dict[str, Any]:
                 "passwordFile": str(password_file)}  # fmt: skip
         command = [sys.executable, str(Path(__file__).with_name("pipeline_files.py")),
                    str(work / "in"), str(work / "out"), json.dumps(sink)]  # fmt: skip
-        # loopback only: without SPARK_LOCAL_IP Spark binds the host's first other address
-        env = os.environ | {"PYTHONPATH": f"{ROOT}:{ROOT / 'spark'}", "SPARK_LOCAL_IP": "127.0.0.1"}
+        env = os.environ | {"PYTHONPATH": f"{ROOT}:{ROOT / 'spark'}"}
         result = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
         return dict(json.loads(result.stdout.strip().splitlines()[-1]))
     finally:

@@ -8,12 +8,10 @@ SINK_JSON: the `amqp` options alerts and commands go to (the local stack's).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
 from enmesh_spark import telemetry
@@ -21,13 +19,7 @@ from enmesh_spark.source import AmqpDataSource
 
 
 def main(source: Path, out: Path, sink: dict[str, str]) -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    spark = telemetry.session("enmesh-pipeline-files", "local[2]")
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.dataSource.register(AmqpDataSource)  # alerts and commands

@@ -269,6 +269,24 @@ def _rewrite_windows(
         ).parquet(config.path(table))
 
 
+def session(app: str, master: str | None = None) -> SparkSession:
+    """The job's Spark session. `master` None means spark-submit's master, else local[*]."""
+    # Spark's Python workers must run this interpreter (its venv holds enmesh_spark, proton).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master is None or master.startswith("local"):
+        # A driver started here binds loopback, not the host's first other address (under
+        # spark-submit the JVM already runs, and the spark role sets the stack address).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app)
+    if master:
+        builder = builder.master(master)
+    return (
+        builder.config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+
+
 def start(spark: SparkSession, config: JobConfig, trigger_seconds: float = 1.0):  # type: ignore[no-untyped-def]
     spark.dataSource.register(AmqpDataSource)
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
@@ -339,16 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         sink=_options(args, "alerts"),
         command_ttl_ms=int(args.command_ttl_seconds * 1000),
     )
-    # Spark's Python workers must run this interpreter (its venv holds enmesh_spark, proton).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("enmesh-telemetry")
-    if args.master:
-        builder = builder.master(args.master)
-    spark = (
-        builder.config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    spark = session("enmesh-telemetry", args.master)
     query = start(spark, config, args.trigger_seconds)
     try:
         run_until_idle(query, args.until_idle, args.trigger_seconds)
