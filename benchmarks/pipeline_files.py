@@ -15,29 +15,20 @@ from pathlib import Path
 from pyspark.sql import functions as F  # noqa: N812
 
 from enmesh_spark import telemetry
-from enmesh_spark.source import AmqpDataSource
 
 
 def main(source: Path, out: Path, sink: dict[str, str]) -> int:
     spark = telemetry.session("enmesh-pipeline-files", "local[2]")
-    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    spark.dataSource.register(AmqpDataSource)  # alerts and commands
     config = telemetry.JobConfig(out=out, source={}, sink=sink)
     total = sum(1 for f in source.iterdir() for _ in f.open())
-    stream = (
+    messages = (
         spark.readStream.schema("id string, body string, address string")
         .option("maxFilesPerTrigger", 1)
         .json(str(source))
         .withColumn("received_time", F.current_timestamp())
     )
     began = time.monotonic()
-    query = (
-        stream.writeStream.foreachBatch(lambda batch, i: telemetry.process_batch(batch, i, config))
-        .option("checkpointLocation", str(out / "_checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = telemetry.start(spark, config, None, messages)
     query.awaitTermination()
     seconds = time.monotonic() - began
     progress = [p for p in query.recentProgress if p["numInputRows"]]

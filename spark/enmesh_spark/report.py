@@ -22,8 +22,8 @@ from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow.compute as pc  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from matplotlib.axes import Axes
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure

@@ -110,13 +110,17 @@ def expected_anomalies(
 
 
 def expected_windows(
-    readings: Iterable[Reading], window_ms: int = 60_000
+    readings: Iterable[Reading], window_ms: int = 60_000, slide_ms: int | None = None
 ) -> dict[tuple[str, int], dict[str, float]]:
-    """(device, window start ms) -> count, mean, min, max, p95 of temperature."""
+    """(device, window start ms) -> count, mean, min, max, p95 of temperature, for windows
+    of `window_ms` starting every `slide_ms` (default: tumbling)."""
+    slide = slide_ms or window_ms
     groups: dict[tuple[str, int], list[float]] = defaultdict(list)
     for reading in readings:
-        if reading.temperature is not None:
-            start = reading.ts_ms - reading.ts_ms % window_ms
+        if reading.temperature is None:
+            continue
+        last = reading.ts_ms - reading.ts_ms % slide
+        for start in range(last, reading.ts_ms - window_ms, -slide):
             groups[(reading.device, start)].append(reading.temperature)
     return {
         key: {

@@ -1,42 +1,48 @@
 """The telemetry job: AMQP -> readings, quarantine, windows, anomalies -> Parquet and AMQP.
 
-Every micro-batch (foreachBatch) does, in this order:
-1. parse JSON telemetry; records that fail go to `quarantine/` with the reason;
-2. drop readings whose message id is already stored (a redelivery after a crash);
-3. score new readings against each device's rolling baseline (the previous `baseline`
-   readings): |z| > `threshold` is an anomaly -> `anomalies/`, an alert to the `alerts`
-   topic and a command with a TTL to the `commands` queue (message ids derive from the
-   reading, so a resent alert can be recognised);
-4. append readings to `readings/` (partitioned by date);
-5. recompute the tumbling (1 min) and sliding (5 min every 1 min) windows of the dates
-   touched: count, mean, min, max, p95 -> `windows_tumbling/`, `windows_sliding/`.
-Only then does Spark commit the batch, and only then are the deliveries accepted.
+The streaming plan:
+1. parse JSON telemetry; a record that fails gets the reason (it goes to `quarantine/`);
+2. drop a message whose id was seen in the last `dedupe_minutes` (a redelivery after a
+   crash: Spark's state, checkpointed with each batch);
+3. per device (`device_state`): score each reading against the device's rolling baseline
+   (|z| > threshold is an anomaly), count it in its tumbling (1 min) and sliding (5 min
+   every 1 min) windows, and emit the windows that closed.
+Each micro-batch's output is collected once to the driver, which writes it as Parquet
+(`publish`), then sends an alert to the `alerts` topic and a command with a TTL to the
+`commands` queue per anomaly (message ids derive from the reading). Only then does
+Spark commit the batch, and only then are the deliveries accepted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import date, timedelta
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
-from pyspark.sql.window import Window
 
-from enmesh_spark.source import AmqpDataSource
+from enmesh_spark import publish, tables
+from enmesh_spark.device_state import INPUT_COLUMNS, OUTPUT_SCHEMA, DeviceProcessor, Settings
+from enmesh_spark.source import AmqpDataSource, send_rows
 
 TELEMETRY_SCHEMA = "device string, ts long, metrics map<string,double>"
 RAW_METRICS_SCHEMA = "metrics map<string,string>"
-READING_COLUMNS = (
-    "id", "device", "ts", "temperature", "humidity", "received_time", "processed_time", "date"
-)  # fmt: skip
-QUARANTINE_COLUMNS = ("id", "body", "reason", "received_time", "date")
-SLIDE = timedelta(minutes=5)  # the longest window: how far a reading reaches into a neighbour day
+# Spark's state (dedupe ids, devices) in RocksDB, checkpointed as a changelog per batch
+SPARK_SETTINGS = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+}
 
 
 @dataclass(frozen=True)
@@ -45,37 +51,14 @@ class JobConfig:
     source: dict[str, str]  # amqp options for the telemetry address
     sink: dict[str, str]  # amqp options for alerts and commands
     command_ttl_ms: int = 30_000
-    baseline: int = 50
-    min_baseline: int = 10
-    threshold: float = 4.0
-
-    def path(self, table: str) -> str:
-        return str(self.out / table)
+    dedupe_minutes: int = 15
+    state_partitions: int = 2
+    device: Settings = field(default_factory=Settings)
 
 
-def _partitions(path: str, dates: Iterable[date]) -> list[str]:
-    """The stored partitions of `dates` (only these are listed and read)."""
-    found = [f"{path}/date={day.isoformat()}" for day in sorted(set(dates))]
-    return [partition for partition in found if any(Path(partition).glob("*.parquet"))]
-
-
-def _stored(spark: SparkSession, path: str, dates: Iterable[date]) -> DataFrame | None:
-    """The rows of a table in the given dates, or None when it holds none yet."""
-    partitions = _partitions(path, dates)
-    if not partitions:
-        return None
-    return spark.read.option("basePath", path).parquet(*partitions)
-
-
-def _append(frame: DataFrame, path: str) -> None:
-    # one file per date and batch: fewer, larger files keep later reads cheap
-    frame.repartition("date").write.mode("append").partitionBy("date").parquet(path)
-
-
-def check(batch: DataFrame) -> DataFrame:
-    """Every message of a batch with its parsed fields and, when it is unusable, `reason`.
-    `date` is the reading's date, or for a quarantined message the date it was received."""
-    parsed = batch.withColumn("t", F.from_json("body", TELEMETRY_SCHEMA)).withColumn(
+def check(messages: DataFrame) -> DataFrame:
+    """Every message with its parsed fields and, when it is unusable, `reason`."""
+    parsed = messages.withColumn("t", F.from_json("body", TELEMETRY_SCHEMA)).withColumn(
         "raw", F.from_json("body", RAW_METRICS_SCHEMA)
     )
     reason = (
@@ -89,184 +72,63 @@ def check(batch: DataFrame) -> DataFrame:
             ).otherwise(F.lit("no temperature")),
         )
     )
-    ts = (F.col("t.ts") / 1000).cast("timestamp")
     return parsed.withColumn("reason", reason).select(
         "id",
         "body",
         "reason",
         "received_time",
+        F.unix_millis("received_time").alias("received_ms"),
         F.col("t.device").alias("device"),
-        ts.alias("ts"),
+        F.col("t.ts").alias("ts_ms"),
         F.col("t.metrics.temperature").alias("temperature"),
         F.col("t.metrics.humidity").alias("humidity"),
-        F.current_timestamp().alias("processed_time"),
-        F.when(F.col("reason").isNull(), F.to_date(ts))
-        .otherwise(F.to_date("received_time"))
-        .alias("date"),
     )
 
 
-def quarantined(checked: DataFrame) -> DataFrame:
-    return checked.where(F.col("reason").isNotNull()).select(*QUARANTINE_COLUMNS)
-
-
-def valid(checked: DataFrame) -> DataFrame:
-    return checked.where(F.col("reason").isNull()).select(*READING_COLUMNS)
-
-
-def _new_only(rows: DataFrame, existing: DataFrame | None) -> DataFrame:
-    rows = rows.dropDuplicates(["id"])
-    if existing is None:
-        return rows
-    return rows.join(existing.select("id"), "id", "left_anti")
-
-
-def anomalies(new: DataFrame, stored: DataFrame | None, config: JobConfig) -> DataFrame:
-    """New readings whose temperature is `threshold` deviations off the device's baseline."""
-    history = new if stored is None else stored.select(new.columns).unionByName(new)
-    history = history.join(new.select("device").distinct(), "device")
-    previous = Window.partitionBy("device").orderBy("ts", "id").rowsBetween(-config.baseline, -1)
-    scored = (
-        history.withColumn("baseline_mean", F.avg("temperature").over(previous))
-        .withColumn("baseline_std", F.stddev_samp("temperature").over(previous))
-        .withColumn("baseline_n", F.count("temperature").over(previous))
-        .join(new.select("id"), "id")
-        .withColumn("z", (F.col("temperature") - F.col("baseline_mean")) / F.col("baseline_std"))
+def per_device(messages: DataFrame, config: JobConfig) -> DataFrame:
+    """The streaming plan from raw messages to the device step's output rows."""
+    checked = check(messages).withColumn(
+        # a message without an id cannot be recognised again: it is never dropped
+        "dedupe_id",
+        F.coalesce("id", F.expr("uuid()")),
     )
-    return scored.where(
-        (F.col("baseline_n") >= config.min_baseline)
-        & (F.col("baseline_std") > 0)
-        & (F.abs(F.col("z")) > config.threshold)
-    ).select("id", "device", "ts", "temperature", "baseline_mean", "baseline_std", "z", "date")
-
-
-def _notify(found: DataFrame, config: JobConfig) -> None:
-    payload = F.to_json(
-        F.struct("device", F.col("ts").cast("string").alias("ts"), "temperature", "z")
+    deduped = checked.withWatermark(
+        "received_time", f"{config.dedupe_minutes} minutes"
+    ).dropDuplicatesWithinWatermark(["dedupe_id"])
+    # quarantined records share the null key: they pass through without state
+    keyed = deduped.select(
+        F.when(F.col("reason").isNull(), F.col("device")).alias("key"), *INPUT_COLUMNS
     )
-    alerts = found.select(
-        F.lit("alerts").alias("to"),
-        F.lit("anomaly").alias("subject"),
-        payload.alias("body"),
-        F.lit(None).cast("long").alias("ttl_ms"),
-        F.concat(F.lit("alert-"), "id").alias("id"),
-        F.create_map(F.lit("device"), "device").alias("properties"),
-    )
-    commands = found.select(
-        F.lit("commands").alias("to"),
-        F.lit("recalibrate").alias("subject"),
-        F.to_json(F.struct("device", F.col("id").alias("reading"))).alias("body"),
-        F.lit(config.command_ttl_ms).cast("long").alias("ttl_ms"),
-        F.concat(F.lit("command-"), "id").alias("id"),
-        F.create_map(F.lit("device"), "device").alias("properties"),
-    )
-    outgoing = alerts.unionByName(commands)
-    outgoing.write.format("amqp").options(**config.sink).mode("append").save()
-
-
-def windows(readings: DataFrame, duration: str, slide: str | None = None) -> DataFrame:
-    window = F.window("ts", duration, slide) if slide else F.window("ts", duration)
-    return (
-        readings.groupBy("device", window.alias("window"))
-        .agg(
-            F.count("*").alias("count"),
-            F.avg("temperature").alias("mean"),
-            F.min("temperature").alias("min"),
-            F.max("temperature").alias("max"),
-            F.percentile("temperature", F.lit(0.95)).alias("p95"),
-        )
-        .select(
-            "device",
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "count",
-            "mean",
-            "min",
-            "max",
-            "p95",
-            F.to_date("window.start").alias("date"),
-        )
+    return keyed.groupBy("key").transformWithState(
+        DeviceProcessor(config.device), OUTPUT_SCHEMA, "Append", "ProcessingTime"
     )
 
 
-@dataclass(frozen=True)
-class BatchDays:
-    """Which dates a batch touches: what to read, and which window partitions to rewrite."""
-
-    readings: list[date]  # dates of the batch's valid readings
-    quarantine: list[date]
-    near_start: list[date]  # dates with a reading in their first SLIDE (previous day's windows)
-
-    @classmethod
-    def of(cls, checked: DataFrame) -> BatchDays:
-        rows = (
-            checked.groupBy(F.col("reason").isNull().alias("valid"), "date")
-            .agg(
-                (
-                    F.unix_timestamp(F.min("ts"))
-                    - F.unix_timestamp(F.col("date").cast("timestamp"))
-                    < SLIDE.total_seconds()
-                ).alias("near_start")
-            )
-            .collect()
-        )
-        return cls(
-            readings=sorted(row.date for row in rows if row.valid),
-            quarantine=sorted(row.date for row in rows if not row.valid),
-            near_start=sorted(row.date for row in rows if row.valid and row.near_start),
-        )
-
-    def history(self) -> list[date]:
-        """The baseline of a device may reach into the day before."""
-        return sorted({day - timedelta(days=1) for day in self.readings} | set(self.readings))
-
-    def window_dates(self) -> list[date]:
-        """Window partitions to recompute: the batch's dates, and the day before when a
-        reading falls into that day's last (sliding) windows."""
-        return sorted(set(self.readings) | {day - timedelta(days=1) for day in self.near_start})
+def _messages(anomalies: pa.Table, config: JobConfig) -> Iterator[Row]:
+    """An alert to the topic and a command to the device's queue per anomaly."""
+    for a in anomalies.to_pylist():
+        device = {"device": a["device"]}
+        alert = {"device": a["device"], "ts": str(a["ts"]), "temperature": a["temperature"]}
+        yield Row(
+            to="alerts", subject="anomaly", body=json.dumps(alert | {"z": a["z"]}),
+            ttl_ms=None, id=f"alert-{a['id']}", properties=device,
+        )  # fmt: skip
+        command = {"device": a["device"], "reading": a["id"]}
+        yield Row(
+            to="commands", subject="recalibrate", body=json.dumps(command),
+            ttl_ms=config.command_ttl_ms, id=f"command-{a['id']}", properties=device,
+        )  # fmt: skip
 
 
-def process_batch(batch: DataFrame, batch_id: int, config: JobConfig) -> None:
-    """One micro-batch. The parsed batch and the new readings are materialised once (a
-    write to a table drops cached plans that read it); `readings/` is appended last: it is
-    what later batches deduplicate against, so a crash before it makes the replay
-    recompute everything else the same way."""
-    spark = batch.sparkSession
-    checked = check(batch).localCheckpoint(eager=True)
-    days = BatchDays.of(checked)
-    if days.quarantine:
-        stored = _stored(spark, config.path("quarantine"), days.quarantine)
-        _append(_new_only(quarantined(checked), stored), config.path("quarantine"))
-    if not days.readings:
-        return
-    stored = _stored(spark, config.path("readings"), days.history())
-    new = _new_only(valid(checked), stored).localCheckpoint(eager=True)
-    if new.isEmpty():
-        return
-    found = anomalies(new, stored, config).localCheckpoint(eager=True)
-    if not found.isEmpty():
-        _notify(found, config)
-        stored_found = _stored(spark, config.path("anomalies"), days.readings)
-        _append(_new_only(found, stored_found), config.path("anomalies"))
-    _rewrite_windows(spark, new, days, config)
-    _append(new, config.path("readings"))
-
-
-def _rewrite_windows(
-    spark: SparkSession, new: DataFrame, days: BatchDays, config: JobConfig
-) -> None:
-    """Recompute every window of the affected dates (exact p95 needs all their readings)."""
-    rewrite = days.window_dates()
-    inputs = sorted(set(rewrite) | {day + timedelta(days=1) for day in rewrite})
-    stored = _stored(spark, config.path("readings"), inputs)
-    readings = new if stored is None else stored.select(*READING_COLUMNS).unionByName(new)
-    for table, frame in (
-        ("windows_tumbling", windows(readings, "1 minute")),
-        ("windows_sliding", windows(readings, "5 minutes", "1 minute")),
-    ):
-        frame.where(F.col("date").isin(rewrite)).write.mode("overwrite").partitionBy(
-            "date"
-        ).parquet(config.path(table))
+def process_batch(output: DataFrame, batch_id: int, config: JobConfig) -> None:
+    """One micro-batch of the device step's output: run once (collected to the driver),
+    written, then announced."""
+    rows = tables.of_batch(output.toArrow(), datetime.now(UTC))
+    publish.forget(config.out, list(tables.TABLES), batch_id)
+    for name, table in rows.items():
+        publish.write(table, config.out / name, batch_id)
+    if rows["anomalies"].num_rows:
+        send_rows(config.sink, _messages(rows["anomalies"], config))
 
 
 def session(app: str, master: str | None = None) -> SparkSession:
@@ -287,17 +149,29 @@ def session(app: str, master: str | None = None) -> SparkSession:
     )
 
 
-def start(spark: SparkSession, config: JobConfig, trigger_seconds: float = 1.0):  # type: ignore[no-untyped-def]
+def start(  # type: ignore[no-untyped-def]
+    spark: SparkSession,
+    config: JobConfig,
+    trigger_seconds: float | None = 1.0,
+    messages: DataFrame | None = None,
+):
+    """Start the job on `messages` (id, body, received_time; default: the `amqp` source
+    with `config.source`). `trigger_seconds` None runs batches back to back."""
     spark.dataSource.register(AmqpDataSource)
-    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")  # dates and windows are UTC
-    stream = spark.readStream.format("amqp").options(**config.source).load()
-    return (
-        stream.writeStream.foreachBatch(lambda df, i: process_batch(df, i, config))
-        .option("checkpointLocation", config.path("_checkpoint"))
-        .trigger(processingTime=f"{trigger_seconds} seconds")
-        .start()
+    for key, value in SPARK_SETTINGS.items():
+        spark.conf.set(key, value)
+    # the state's partitioning is fixed by the first run's checkpoint
+    spark.conf.set("spark.sql.shuffle.partitions", str(config.state_partitions))
+    if messages is None:
+        messages = spark.readStream.format("amqp").options(**config.source).load()
+    writer = (
+        per_device(messages, config)
+        .writeStream.foreachBatch(lambda df, i: process_batch(df, i, config))
+        .option("checkpointLocation", str(config.out / "_checkpoint"))
     )
+    if trigger_seconds:
+        writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    return writer.start()
 
 
 def run_until_idle(query, idle_seconds: float, poll_seconds: float) -> None:  # type: ignore[no-untyped-def]
@@ -339,9 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--master", help="Spark master URL (default: spark-submit's --master, else local[*])"
     )
-    parser.add_argument("--trigger-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--trigger-seconds", type=float, default=1.0, help="0: start each batch at once"
+    )
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--command-ttl-seconds", type=float, default=30.0)
+    parser.add_argument("--lateness-seconds", type=float, default=10.0)
+    parser.add_argument("--idle-close-seconds", type=float, default=60.0)
+    parser.add_argument("--dedupe-minutes", type=int, default=15)
+    parser.add_argument("--state-partitions", type=int, default=2)
     parser.add_argument(
         "--until-idle",
         type=float,
@@ -356,11 +236,17 @@ def main(argv: list[str] | None = None) -> int:
         source=source,
         sink=_options(args, "alerts"),
         command_ttl_ms=int(args.command_ttl_seconds * 1000),
+        dedupe_minutes=args.dedupe_minutes,
+        state_partitions=args.state_partitions,
+        device=Settings(
+            lateness_ms=int(args.lateness_seconds * 1000),
+            idle_close_ms=int(args.idle_close_seconds * 1000),
+        ),
     )
     spark = session("enmesh-telemetry", args.master)
-    query = start(spark, config, args.trigger_seconds)
+    query = start(spark, config, args.trigger_seconds or None)
     try:
-        run_until_idle(query, args.until_idle, args.trigger_seconds)
+        run_until_idle(query, args.until_idle, max(args.trigger_seconds, 0.5))
     finally:
         query.stop()
         spark.stop()

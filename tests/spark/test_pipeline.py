@@ -47,6 +47,11 @@ def _job(mesh: Mesh, out: Path, *extra: str) -> subprocess.Popen[str]:
         "--ca", account["caFile"],
         "--out", str(out),
         "--trigger-seconds", "0.5",
+        # a device's last windows close soon after the input ends (well above a batch's time)
+        "--idle-close-seconds", "8",
+        # The simulator sends minutes of device time per second, unpaced, and the mesh's two
+        # paths to the queue reorder messages by milliseconds: minutes of device time here.
+        "--lateness-seconds", "600",
         *extra,
     ]  # fmt: skip
     return subprocess.Popen(
@@ -84,17 +89,18 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _assert_windows_match(out: Path, readings: list[Reading]) -> None:
-    expected = expected_windows(readings)
-    got = {
-        (row["device"], int(row["window_start"].timestamp() * 1000)): row
-        for row in _rows(out / "windows_tumbling")
-    }
-    assert set(got) == set(expected)
-    for key, want in expected.items():
-        row = got[key]
-        assert row["count"] == want["count"], key
-        for field in ("mean", "min", "max", "p95"):
-            assert row[field] == pytest.approx(want[field], abs=1e-9), (key, field)
+    for table, slide_ms in (("windows_tumbling", None), ("windows_sliding", 60_000)):
+        window_ms = 300_000 if slide_ms else 60_000
+        expected = expected_windows(readings, window_ms, slide_ms)
+        stored = _rows(out / table)
+        got = {(row["device"], int(row["window_start"].timestamp() * 1000)): row for row in stored}
+        assert len(got) == len(stored), f"{table}: a window written twice"
+        assert set(got) == set(expected), table
+        for key, want in expected.items():
+            row = got[key]
+            assert row["count"] == want["count"], (table, key)
+            for field in ("mean", "min", "max", "p95"):
+                assert row[field] == pytest.approx(want[field], abs=1e-9), (table, key, field)
 
 
 def test_pipeline_aggregates_quarantines_and_alerts(stack: Mesh, tmp_path: Path) -> None:
@@ -109,7 +115,7 @@ def test_pipeline_aggregates_quarantines_and_alerts(stack: Mesh, tmp_path: Path)
         _simulate(stack, tmp_path, readings)
         out = tmp_path / "out"
         # the TTL the job puts on commands (the queue caps it at the model's 60 s)
-        _finish(_job(stack, out, "--until-idle", "10", "--command-ttl-seconds", "900"))
+        _finish(_job(stack, out, "--until-idle", "30", "--command-ttl-seconds", "900"))
         _assert_windows_match(out, readings)
         stored = _rows(out / "readings")
         assert len(stored) == len(readings) - len(malformed)
@@ -151,7 +157,7 @@ def test_a_killed_job_restarts_from_its_checkpoint_without_loss_or_double_count(
         job.wait(timeout=30)
     partial = len(_rows(out / "readings"))
     assert 0 < partial < len(readings)
-    _finish(_job(stack, out, "--until-idle", "10"))
+    _finish(_job(stack, out, "--until-idle", "30"))
     stored = _rows(out / "readings")
     assert sorted(row["id"] for row in stored) == sorted(r.id for r in readings)
     _assert_windows_match(out, readings)
