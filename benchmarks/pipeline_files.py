@@ -28,7 +28,7 @@ def main(source: Path, out: Path, sink: dict[str, str]) -> int:
         .withColumn("received_time", F.current_timestamp())
     )
     began = time.monotonic()
-    query = telemetry.start(spark, config, None, messages, available_now=True)
+    query = telemetry.start(spark, config, None, messages)
     query.awaitTermination()
     seconds = time.monotonic() - began
     progress = [p for p in query.recentProgress if p["numInputRows"]]

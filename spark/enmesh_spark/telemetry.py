@@ -154,11 +154,9 @@ def start(  # type: ignore[no-untyped-def]
     config: JobConfig,
     trigger_seconds: float | None = 1.0,
     messages: DataFrame | None = None,
-    available_now: bool = False,
 ):
     """Start the job on `messages` (id, body, received_time; default: the `amqp` source
-    with `config.source`). `trigger_seconds` None runs batches back to back;
-    `available_now` processes what `messages` holds, then stops."""
+    with `config.source`). `trigger_seconds` None runs batches back to back."""
     spark.dataSource.register(AmqpDataSource)
     for key, value in SPARK_SETTINGS.items():
         spark.conf.set(key, value)
@@ -171,9 +169,7 @@ def start(  # type: ignore[no-untyped-def]
         .writeStream.foreachBatch(lambda df, i: process_batch(df, i, config))
         .option("checkpointLocation", str(config.out / "_checkpoint"))
     )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    elif trigger_seconds:
+    if trigger_seconds:
         writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
     return writer.start()
 
