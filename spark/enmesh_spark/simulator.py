@@ -21,7 +21,8 @@ from proton import Message
 from enmesh.clients import Endpoint, send_messages
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-MALFORMED_KINDS = ("not json", "no device", "temperature not a number")
+MALFORMED_KINDS = ("not json", "no device", "temperature not a number", "timestamp in the future")
+CENTURY_MS = 100 * 365 * 86_400_000  # how far ahead a broken clock is
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,10 @@ def _broken(kind: str, device: str, ts_ms: int) -> str:
         return "{device: " + device
     if kind == "no device":
         return json.dumps({"ts": ts_ms, "metrics": {"temperature": 20.0}})
+    if kind == "timestamp in the future":
+        return json.dumps(
+            {"device": device, "ts": ts_ms + CENTURY_MS, "metrics": {"temperature": 20.0}}
+        )
     return json.dumps({"device": device, "ts": ts_ms, "metrics": {"temperature": "hot"}})
 
 

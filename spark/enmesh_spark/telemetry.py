@@ -53,11 +53,14 @@ class JobConfig:
     command_ttl_ms: int = 30_000
     dedupe_minutes: int = 15
     state_partitions: int = 2
+    # a reading stamped further ahead of its arrival would close its device's windows early
+    max_clock_skew_ms: int = 300_000
     device: Settings = field(default_factory=Settings)
 
 
-def check(messages: DataFrame) -> DataFrame:
+def check(messages: DataFrame, max_clock_skew_ms: int) -> DataFrame:
     """Every message with its parsed fields and, when it is unusable, `reason`."""
+    received_ms = F.unix_millis("received_time")
     parsed = messages.withColumn("t", F.from_json("body", TELEMETRY_SCHEMA)).withColumn(
         "raw", F.from_json("body", RAW_METRICS_SCHEMA)
     )
@@ -71,13 +74,14 @@ def check(messages: DataFrame) -> DataFrame:
                 F.col("raw.metrics.temperature").isNotNull(), F.lit("temperature not a number")
             ).otherwise(F.lit("no temperature")),
         )
+        .when(F.col("t.ts") > received_ms + max_clock_skew_ms, F.lit("timestamp in the future"))
     )
     return parsed.withColumn("reason", reason).select(
         "id",
         "body",
         "reason",
         "received_time",
-        F.unix_millis("received_time").alias("received_ms"),
+        received_ms.alias("received_ms"),
         F.col("t.device").alias("device"),
         F.col("t.ts").alias("ts_ms"),
         F.col("t.metrics.temperature").alias("temperature"),
@@ -87,7 +91,7 @@ def check(messages: DataFrame) -> DataFrame:
 
 def per_device(messages: DataFrame, config: JobConfig) -> DataFrame:
     """The streaming plan from raw messages to the device step's output rows."""
-    checked = check(messages).withColumn(
+    checked = check(messages, config.max_clock_skew_ms).withColumn(
         # a message without an id cannot be recognised again: it is never dropped
         "dedupe_id",
         F.coalesce("id", F.expr("uuid()")),
@@ -221,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lateness-seconds", type=float, default=10.0)
     parser.add_argument("--idle-close-seconds", type=float, default=60.0)
     parser.add_argument("--dedupe-minutes", type=int, default=15)
+    parser.add_argument(
+        "--max-clock-skew-seconds",
+        type=float,
+        default=300.0,
+        help="quarantine readings stamped further ahead of their arrival",
+    )
     parser.add_argument("--state-partitions", type=int, default=2)
     parser.add_argument(
         "--until-idle",
@@ -237,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         sink=_options(args, "alerts"),
         command_ttl_ms=int(args.command_ttl_seconds * 1000),
         dedupe_minutes=args.dedupe_minutes,
+        max_clock_skew_ms=int(args.max_clock_skew_seconds * 1000),
         state_partitions=args.state_partitions,
         device=Settings(
             lateness_ms=int(args.lateness_seconds * 1000),
