@@ -29,15 +29,13 @@ def _stored(out: Path) -> int:
 def _phases(progress: list[dict[str, Any]]) -> dict[str, int]:
     """Mean milliseconds per batch in each of Spark's trigger phases (addBatch: the plan
     and the sink; walCommit and commitOffsets: the checkpoint)."""
+    if not progress:
+        return {}
     phases = sorted({name for p in progress for name in p["durationMs"]})
-    return (
-        {
-            name: round(statistics.fmean(p["durationMs"].get(name, 0) for p in progress))
-            for name in phases
-        }
-        if progress
-        else {}
-    )
+    return {
+        name: round(statistics.fmean(p["durationMs"].get(name, 0) for p in progress))
+        for name in phases
+    }
 
 
 def main(source: Path, out: Path, sink: dict[str, str]) -> int:

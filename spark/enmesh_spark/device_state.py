@@ -195,6 +195,3 @@ class DeviceProcessor(StatefulProcessor):
             self.handle.deleteTimer(device.timer_ms)
         device.timer_ms = now_ms + self.settings.idle_close_ms // 2
         self.handle.registerTimer(device.timer_ms)
-
-    def close(self) -> None:
-        pass

@@ -146,11 +146,7 @@ def session(app: str, master: str | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(app)
     if master:
         builder = builder.master(master)
-    return (
-        builder.config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    return builder.config("spark.ui.enabled", "false").getOrCreate()
 
 
 def start(  # type: ignore[no-untyped-def]
@@ -221,17 +217,18 @@ def main(argv: list[str] | None = None) -> int:
         "--trigger-seconds", type=float, default=1.0, help="0: start each batch at once"
     )
     parser.add_argument("--batch-size", type=int, default=500)
-    parser.add_argument("--command-ttl-seconds", type=float, default=30.0)
-    parser.add_argument("--lateness-seconds", type=float, default=10.0)
-    parser.add_argument("--idle-close-seconds", type=float, default=60.0)
-    parser.add_argument("--dedupe-minutes", type=int, default=15)
+    # the defaults are JobConfig's and Settings'
     parser.add_argument(
-        "--max-clock-skew-seconds",
-        type=float,
-        default=300.0,
-        help="quarantine readings stamped further ahead of their arrival",
+        "--command-ttl-seconds", type=float, default=JobConfig.command_ttl_ms / 1000
     )
-    parser.add_argument("--state-partitions", type=int, default=2)
+    parser.add_argument("--lateness-seconds", type=float, default=Settings.lateness_ms / 1000)
+    parser.add_argument("--idle-close-seconds", type=float, default=Settings.idle_close_ms / 1000)
+    parser.add_argument("--dedupe-minutes", type=int, default=JobConfig.dedupe_minutes)
+    parser.add_argument(
+        "--max-clock-skew-seconds", type=float, default=JobConfig.max_clock_skew_ms / 1000,
+        help="quarantine readings stamped further ahead of their arrival",
+    )  # fmt: skip
+    parser.add_argument("--state-partitions", type=int, default=JobConfig.state_partitions)
     parser.add_argument(
         "--until-idle",
         type=float,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from enmesh_spark.device_state import DeviceProcessor, Settings
 from enmesh_spark.simulator import Reading, expected_anomalies, expected_windows, generate
+from tests.support.windows import assert_windows_match
 
 DEVICE = "dev-0000"
 
@@ -48,14 +48,7 @@ def _windows(rows: list[Row], kind: str) -> dict[tuple[str, int], Row]:
 
 
 def _assert_match(rows: list[Row], readings: list[Reading]) -> None:
-    for kind, window_ms, slide_ms in (("tumbling", 60_000, None), ("sliding", 300_000, 60_000)):
-        expected = expected_windows(readings, window_ms, slide_ms)
-        got = _windows(rows, kind)
-        assert set(got) == set(expected), kind
-        for key, want in expected.items():
-            assert got[key]["count"] == want["count"], (kind, key)
-            for field in ("mean", "min", "max", "p95"):
-                assert got[key][field] == pytest.approx(want[field], abs=1e-9), (kind, key)
+    assert_windows_match(lambda kind: _windows(rows, kind), readings)
 
 
 def _silence(tester: TwsTester, now_ms: int) -> list[Row]:

@@ -16,10 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from enmesh_spark.consumer import Consumer, Source
-from enmesh_spark.simulator import Reading, expected_anomalies, expected_windows, generate, send
+from enmesh_spark.simulator import Reading, expected_anomalies, generate, send
 from enmesh_spark.source import send_rows
 from tests.support.mesh import Mesh, wait_until
 from tests.support.stack import brokered_mesh
+from tests.support.windows import assert_windows_match
 
 pytestmark = pytest.mark.slow
 
@@ -88,19 +89,15 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist() if path.exists() else []
 
 
+def _stored_windows(out: Path, kind: str) -> dict[tuple[str, int], dict[str, Any]]:
+    stored = _rows(out / f"windows_{kind}")
+    got = {(row["device"], int(row["window_start"].timestamp() * 1000)): row for row in stored}
+    assert len(got) == len(stored), f"{kind}: a window written twice"
+    return got
+
+
 def _assert_windows_match(out: Path, readings: list[Reading]) -> None:
-    for table, slide_ms in (("windows_tumbling", None), ("windows_sliding", 60_000)):
-        window_ms = 300_000 if slide_ms else 60_000
-        expected = expected_windows(readings, window_ms, slide_ms)
-        stored = _rows(out / table)
-        got = {(row["device"], int(row["window_start"].timestamp() * 1000)): row for row in stored}
-        assert len(got) == len(stored), f"{table}: a window written twice"
-        assert set(got) == set(expected), table
-        for key, want in expected.items():
-            row = got[key]
-            assert row["count"] == want["count"], (table, key)
-            for field in ("mean", "min", "max", "p95"):
-                assert row[field] == pytest.approx(want[field], abs=1e-9), (table, key, field)
+    assert_windows_match(lambda kind: _stored_windows(out, kind), readings)
 
 
 def test_pipeline_aggregates_quarantines_and_alerts(stack: Mesh, tmp_path: Path) -> None:

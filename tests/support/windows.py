@@ -1,0 +1,30 @@
+"""The window check the telemetry tests share: what the job emitted (from the device step
+or from Parquet) against the simulator's independent aggregates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from enmesh_spark.simulator import Reading, expected_windows
+
+# kind -> (window length, slide; None: tumbling), as the job computes them
+WINDOWS: dict[str, tuple[int, int | None]] = {
+    "tumbling": (60_000, None),
+    "sliding": (300_000, 60_000),
+}
+Emitted = Mapping[tuple[str, int], Any]  # (device, window start ms) -> row with the aggregates
+
+
+def assert_windows_match(emitted: Callable[[str], Emitted], readings: list[Reading]) -> None:
+    """`emitted(kind)` holds exactly the windows `readings` give, with exact aggregates."""
+    for kind, (window_ms, slide_ms) in WINDOWS.items():
+        expected = expected_windows(readings, window_ms, slide_ms)
+        got = emitted(kind)
+        assert set(got) == set(expected), kind
+        for key, want in expected.items():
+            assert got[key]["count"] == want["count"], (kind, key)
+            for field in ("mean", "min", "max", "p95"):
+                assert got[key][field] == pytest.approx(want[field], abs=1e-9), (kind, key, field)
