@@ -131,6 +131,9 @@ def process_batch(output: DataFrame, batch_id: int, config: JobConfig) -> None:
     publish.forget(config.out, list(tables.TABLES), batch_id)
     for name, table in rows.items():
         publish.write(table, config.out / name, batch_id)
+    if any(table.num_rows for table in rows.values()):
+        stored = ", ".join(f"{table.num_rows} {name}" for name, table in rows.items())
+        print(f"batch {batch_id} stored: {stored}", flush=True)
     if rows["anomalies"].num_rows:
         send_rows(config.sink, _messages(rows["anomalies"], config))
 

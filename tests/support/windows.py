@@ -23,7 +23,8 @@ def assert_windows_match(emitted: Callable[[str], Emitted], readings: list[Readi
     for kind, (window_ms, slide_ms) in WINDOWS.items():
         expected = expected_windows(readings, window_ms, slide_ms)
         got = emitted(kind)
-        assert set(got) == set(expected), kind
+        missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+        assert not (missing or extra), f"{kind}: missing {missing[:5]} extra {extra[:5]}"
         for key, want in expected.items():
             assert got[key]["count"] == want["count"], (kind, key)
             for field in ("mean", "min", "max", "p95"):
