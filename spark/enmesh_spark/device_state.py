@@ -153,7 +153,7 @@ class DeviceProcessor(StatefulProcessor):
         device = Device.load(self.state.get() if self.state.exists() else None)
         for row in sorted(rows, key=lambda r: (r.ts_ms, r.id)):
             fields = {c: row[c] for c in INPUT_COLUMNS if c not in ("body", "reason")}
-            late = not device.windows.add(row.ts_ms, row.temperature)
+            late = not device.windows.add(row.ts_ms, row.temperature, self.settings.lateness_ms)
             yield _row(kind="reading", late=late, **fields)
             device.pending.append((row.ts_ms, row.id, row.temperature))
             device.latest_ms = max(device.latest_ms or row.ts_ms, row.ts_ms)

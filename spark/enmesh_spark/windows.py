@@ -55,12 +55,14 @@ class OpenWindows:
     tumbling_from: int | None = None
     sliding_from: int | None = None
 
-    def add(self, ts_ms: int, value: float) -> bool:
-        """Count a reading in its windows; False when it is late."""
+    def add(self, ts_ms: int, value: float, lateness_ms: int) -> bool:
+        """Count a reading in its windows; False when it is late. The device's first
+        reading opens its windows `lateness_ms` before it: readings that far behind it,
+        which the mesh may deliver after it, still count."""
         minute = minute_of(ts_ms)
         if self.tumbling_from is None or self.sliding_from is None:
-            self.tumbling_from = minute
-            self.sliding_from = minute - SLIDING_MS + MINUTE_MS
+            self.tumbling_from = minute_of(ts_ms - lateness_ms)
+            self.sliding_from = self.tumbling_from - SLIDING_MS + MINUTE_MS
         elif minute < self.tumbling_from:
             return False
         self.buckets.setdefault(minute, []).append(value)

@@ -80,6 +80,18 @@ def test_a_reading_in_a_closed_window_is_late_and_counted_in_no_window() -> None
     _assert_match(rows, readings)  # the windows hold exactly the readings that were on time
 
 
+def test_a_new_devices_readings_delivered_after_a_later_one_count_within_lateness() -> None:
+    readings = _readings(duration=200)  # one a second from a minute's start
+    tester = _tester(lateness_ms=120_000)
+    # the mesh delivers the reading of second 70 first, then the minute before it
+    first = readings[70]
+    rows = tester.test(DEVICE, [_input(first)])
+    rows += _feed(tester, [r for r in readings if r is not first])
+    rows += _silence(tester, 0)
+    assert not [row.id for row in rows if row.kind == "reading" and row.late]
+    _assert_match(rows, readings)
+
+
 def test_silence_needs_two_expiries_with_no_reading_between() -> None:
     readings = _readings(duration=200)
     tester = _tester()

@@ -113,7 +113,7 @@ def test_pipeline_aggregates_quarantines_and_alerts(stack: Mesh, tmp_path: Path)
         _simulate(stack, tmp_path, readings)
         out = tmp_path / "out"
         # the TTL the job puts on commands (the queue caps it at the model's 60 s)
-        _finish(_job(stack, out, "--until-idle", "45", "--command-ttl-seconds", "900"))
+        _finish(_job(stack, out, "--until-idle", "30", "--command-ttl-seconds", "900"))
         _assert_windows_match(out, readings)
         stored = _rows(out / "readings")
         assert len(stored) == len(readings) - len(malformed)
@@ -152,10 +152,10 @@ def test_a_killed_job_restarts_from_its_checkpoint_without_loss_or_double_count(
         assert job.poll() is None, job.communicate()[0][-3000:]
     finally:
         os.killpg(job.pid, signal.SIGKILL)  # mid-stream, no clean shutdown
-        job.wait(timeout=30)
+        print(job.communicate(timeout=30)[0])  # pytest shows it when an assertion fails
     partial = len(_rows(out / "readings"))
     assert 0 < partial < len(readings)
-    _finish(_job(stack, out, "--until-idle", "45"))
+    _finish(_job(stack, out, "--until-idle", "30"))
     stored = _rows(out / "readings")
     assert sorted(row["id"] for row in stored) == sorted(r.id for r in readings)
     _assert_windows_match(out, readings)
