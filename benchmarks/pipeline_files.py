@@ -51,10 +51,17 @@ def main(source: Path, out: Path, sink: dict[str, str]) -> int:
     began = time.monotonic()
     query = telemetry.start(spark, config, None, messages)
     # A processing-time stateful query runs a batch on every trigger, data or not, so it
-    # never runs dry: stop it once every record is stored (awaitTermination raises if
-    # the query failed).
-    while _stored(out) < total:
+    # never runs dry: stop it once every record is stored, counted after each new batch
+    # only (awaitTermination raises if the query failed).
+    counted_batch = None
+    while True:
         query.awaitTermination(0.2)
+        last = query.lastProgress
+        if last is None or last["batchId"] == counted_batch:
+            continue
+        counted_batch = last["batchId"]
+        if _stored(out) >= total:
+            break
     seconds = time.monotonic() - began
     query.stop()
     progress = [p for p in query.recentProgress if p["numInputRows"]]

@@ -188,8 +188,7 @@ def run_until_idle(query, idle_seconds: float, poll_seconds: float) -> None:  # 
             rows_at = time.monotonic()
             continue
         if progress["batchId"] != seen and progress["numInputRows"]:
-            print(f"batch {progress['batchId']}: {progress['numInputRows']} rows", flush=True)
-            rows_at = time.monotonic()
+            rows_at = time.monotonic()  # (process_batch logs what the batch stored)
         seen = progress["batchId"]
         processing = query.status["message"].startswith("Processing")
         if idle_seconds and not processing and time.monotonic() - rows_at >= idle_seconds:

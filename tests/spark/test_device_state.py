@@ -40,15 +40,19 @@ def _feed(tester: TwsTester, readings: list[Reading], batch: int = 50) -> list[R
     return out
 
 
+def _emitted(rows: list[Row], kind: str) -> list[tuple[tuple[str, int], Row]]:
+    return [((row.device, row.window_start_ms), row) for row in rows if row.kind == kind]
+
+
 def _windows(rows: list[Row], kind: str) -> dict[tuple[str, int], Row]:
-    found = [row for row in rows if row.kind == kind]
-    windows = {(row.device, row.window_start_ms): row for row in found}
-    assert len(windows) == len(found), f"a {kind} window emitted twice"
+    emitted = _emitted(rows, kind)
+    windows = dict(emitted)
+    assert len(windows) == len(emitted), f"a {kind} window emitted twice"
     return windows
 
 
 def _assert_match(rows: list[Row], readings: list[Reading]) -> None:
-    assert_windows_match(lambda kind: _windows(rows, kind), readings)
+    assert_windows_match(lambda kind: _emitted(rows, kind), readings)
 
 
 def _silence(tester: TwsTester, now_ms: int) -> list[Row]:
