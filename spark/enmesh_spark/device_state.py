@@ -150,7 +150,7 @@ class DeviceProcessor(StatefulProcessor):
             for row in rows:
                 yield _row(kind="quarantine", **{c: row[c] for c in INPUT_COLUMNS})
             return
-        device = Device.load(self.state.get() if self.state.exists() else None)
+        device = Device.load(self.state.get())  # None for a new device: one call
         for row in sorted(rows, key=lambda r: (r.ts_ms, r.id)):
             fields = {c: row[c] for c in INPUT_COLUMNS if c not in ("body", "reason")}
             late = not device.windows.add(row.ts_ms, row.temperature, self.settings.lateness_ms)

@@ -60,7 +60,9 @@ def _password(options: dict[str, str]) -> str | None:
     return options.get("password")
 
 
-def source_from(options: dict[str, str]) -> Source:
+def source_from(options: dict[str, str], window: int = 1000) -> Source:
+    """The connection and link `options` name; `window`: the credit unless option
+    `window` sets it."""
     options = _lower(options)
     for required in ("url", "address"):
         if not options.get(required):
@@ -73,7 +75,7 @@ def source_from(options: dict[str, str]) -> Source:
         password=_password(options),
         vhost=options.get("vhost") or (user.split("@", 1)[1] if user and "@" in user else None),
         ca=options.get("cafile"),
-        window=_int(options, "window", 1000),
+        window=_int(options, "window", window),
     )
 
 
@@ -119,8 +121,10 @@ class AmqpStreamReader(SimpleDataSourceStreamReader):
     """Offsets are batch sequence numbers: `{"seq": n}` is the n-th message read."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.source = source_from(options)
         self.batch_size = _int(options, "batchSize", 500)
+        # A batch's deliveries stay unsettled until Spark commits it, while the next batch
+        # fills: with less credit than two batches, the link stalls at every commit.
+        self.source = source_from(options, window=2 * self.batch_size)
         self.wait = _int(options, "waitMs", 500) / 1000
         self.settle_on_receipt = _lower(options).get("settle", "commit") == "receipt"
         self._consumer: Consumer | None = None

@@ -17,7 +17,7 @@ import pytest
 
 from enmesh_spark.consumer import Consumer, Source
 from enmesh_spark.simulator import Reading, expected_anomalies, generate, send
-from enmesh_spark.source import send_rows
+from enmesh_spark.source import AmqpStreamReader, send_rows
 from tests.support.mesh import Mesh, wait_until
 from tests.support.stack import brokered_mesh
 from tests.support.windows import assert_windows_match
@@ -68,11 +68,13 @@ def _finish(job: subprocess.Popen[str], timeout: float = 300) -> str:
     return output
 
 
-def _simulate(mesh: Mesh, directory: Path, readings: list[Reading]) -> None:
+def _simulate(
+    mesh: Mesh, directory: Path, readings: list[Reading], address: str = "readings"
+) -> None:
     device = _account(mesh, "device@iot", directory)
     password = Path(device["passwordFile"]).read_text()
     sent = send(
-        readings, url=mesh.url(1, tls=True), address="readings", user="device@iot",
+        readings, url=mesh.url(1, tls=True), address=address, user="device@iot",
         password=password, ca=str(mesh.ca),
     )  # fmt: skip
     assert sent == len(readings)
@@ -187,3 +189,32 @@ def test_expired_commands_are_not_delivered(stack: Mesh, tmp_path: Path) -> None
         assert "stale" not in seen
     finally:
         commands.close()
+
+
+def test_the_source_holds_credit_for_two_batches(stack: Mesh, tmp_path: Path) -> None:
+    """A batch's deliveries stay unsettled until Spark commits it. With credit for two
+    batches the next one is delivered meanwhile, so a backlog is read in full batches,
+    not in the trickle that arrives after each commit."""
+    batch = 600  # two batches are more than the consumer's own default credit (1000)
+    readings = generate(seed=11, devices=3, rate=100, duration=3 * batch / 100)
+    _simulate(stack, tmp_path, readings, address="events")
+    options = {"url": stack.url(0, tls=True), "address": "events", "batchSize": str(batch)}
+    reader = AmqpStreamReader(options | _account(stack, "backend@iot", tmp_path))
+    read: list[str] = []
+
+    def next_batch(offset: dict[str, int], held: int) -> dict[str, int]:
+        inbox = reader.consumer.inbox
+        wait_until(lambda: inbox.qsize() >= held, 30, f"{held} deliveries held by the reader")
+        rows, end = reader.read(offset)  # accepts the batches before `offset`
+        read.extend(row[0] for row in rows)
+        assert end["seq"] - offset["seq"] == batch
+        return end
+
+    try:
+        first = next_batch(reader.initialOffset(), 2 * batch)
+        # the second batch was delivered while the first was unsettled
+        second = next_batch(first, batch)
+        reader.commit(next_batch(second, batch))
+    finally:
+        reader.stop()
+    assert sorted(read) == sorted(r.id for r in readings)
