@@ -17,6 +17,7 @@ Writing: each row becomes a message (`to`, `subject`, `body`, `ttl_ms`, `id`,
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,7 +80,7 @@ def source_from(options: dict[str, str], window: int = 1000) -> Source:
     )
 
 
-def _int(options: dict[str, str], key: str, default: int) -> int:
+def _int(options: dict[str, str], key: str, default: int, minimum: int = 1) -> int:
     value = _lower(options).get(key.lower())
     if value is None:
         return default
@@ -87,8 +88,8 @@ def _int(options: dict[str, str], key: str, default: int) -> int:
         number = int(value)
     except ValueError:
         raise AmqpOptionError(f"amqp: option {key!r} must be an integer, got {value!r}") from None
-    if number < 1:
-        raise AmqpOptionError(f"amqp: option {key!r} must be at least 1, got {number}")
+    if number < minimum:
+        raise AmqpOptionError(f"amqp: option {key!r} must be at least {minimum}, got {number}")
     return number
 
 
@@ -118,7 +119,13 @@ def _row(received: Received, now: datetime) -> tuple[Any, ...]:
 
 
 class AmqpStreamReader(SimpleDataSourceStreamReader):
-    """Offsets are batch sequence numbers: `{"seq": n}` is the n-th message read."""
+    """Offsets are message sequence numbers: `{"seq": n}` ends at the n-th message read.
+
+    With `idleTickMs`, an offset also counts idle ticks (`{"seq": n, "tick": k}`): when no
+    message has come for that long, the offset moves on without a message, so Spark runs
+    an empty batch. A job that turns Spark's empty batches off (they run on every trigger
+    while a stateful operator keeps processing-time timers) still gets its timers fired.
+    """
 
     def __init__(self, options: dict[str, str]) -> None:
         self.batch_size = _int(options, "batchSize", 500)
@@ -127,6 +134,8 @@ class AmqpStreamReader(SimpleDataSourceStreamReader):
         self.source = source_from(options, window=2 * self.batch_size)
         self.wait = _int(options, "waitMs", 500) / 1000
         self.settle_on_receipt = _lower(options).get("settle", "commit") == "receipt"
+        self.idle_tick = _int(options, "idleTickMs", 0, minimum=0) / 1000
+        self._moved_at = time.monotonic()  # when the offset last moved
         self._consumer: Consumer | None = None
         self._pending: dict[int, Received] = {}  # seq -> delivery awaiting commit
         self._rows: dict[int, tuple[Any, ...]] = {}
@@ -159,7 +168,13 @@ class AmqpStreamReader(SimpleDataSourceStreamReader):
             self._rows[offset] = row
         if self.settle_on_receipt:
             self.consumer.accept(r.delivery for r in taken)
-        return iter(rows), {"seq": first + len(taken)}
+        end = {"seq": first + len(taken), "tick": int(start.get("tick", 0))}
+        idle_for = time.monotonic() - self._moved_at
+        if not taken and self.idle_tick and idle_for >= self.idle_tick:
+            end["tick"] += 1
+        if end != start:
+            self._moved_at = time.monotonic()
+        return iter(rows), end
 
     def readBetweenOffsets(  # noqa: N802
         self, start: dict[str, int], end: dict[str, int]
