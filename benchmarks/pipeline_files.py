@@ -50,9 +50,8 @@ def main(source: Path, out: Path, sink: dict[str, str]) -> int:
     )
     began = time.monotonic()
     query = telemetry.start(spark, config, None, messages)
-    # A processing-time stateful query runs a batch on every trigger, data or not, so it
-    # never runs dry: stop it once every record is stored, counted after each new batch
-    # only (awaitTermination raises if the query failed).
+    # A streaming query runs until stopped: stop it once every record is stored, counted
+    # after each new batch only (awaitTermination raises if the query failed).
     counted_batch = None
     while True:
         query.awaitTermination(0.2)
