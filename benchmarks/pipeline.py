@@ -1,13 +1,14 @@
 """Telemetry pipeline throughput and latency on the running local stack (`make up`).
 
-Sends seeded readings through the mesh to the `readings` queue, where the deployed job
-(Spark standalone, supervised) consumes them, and measures when each reading became
-visible in `readings/` (the mtime of the Parquet file holding it) against when it was
-sent (its timestamp: the simulator paces sends to the timestamps). Then, as the ceiling,
-Spark in local mode runs the same per-batch processing over the same readings from JSON
-files. Prints the figures and writes benchmarks/results/pipeline.json.
+After a warm-up run, sends seeded readings (each run from devices of its own) through
+the mesh to the `readings` queue, where the deployed job (Spark standalone, supervised)
+consumes them, and measures when each reading became visible in `readings/` (the mtime
+of the Parquet file holding it) against when it was sent (its timestamp: the simulator
+paces sends to the timestamps). Then, as the ceiling, Spark in local mode runs the same
+per-batch processing over the same kind of readings from JSON files. Prints the figures
+and writes benchmarks/results/pipeline.json.
 
-    .venv/bin/python benchmarks/pipeline.py [--rates 100 400] [--seconds 45]
+    .venv/bin/python benchmarks/pipeline.py [--rates 100 400 700] [--seconds 30] [--wait 120]
 """
 
 from __future__ import annotations
@@ -139,9 +140,9 @@ def from_files(stack: Stack, readings: list[Reading]) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", type=float, nargs="+", default=[100.0, 400.0])
-    parser.add_argument("--seconds", type=float, default=45.0)
-    parser.add_argument("--wait", type=float, default=180.0, help="seconds to wait for output")
+    parser.add_argument("--rates", type=float, nargs="+", default=[100.0, 400.0, 700.0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--wait", type=float, default=120.0, help="seconds to wait for output")
     args = parser.parse_args()
     stack = _local_stack()
     # A job started moments ago spends its first batch with data starting Python workers
