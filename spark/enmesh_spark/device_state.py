@@ -1,15 +1,18 @@
 """The per-device stateful step of the telemetry job (Spark's transformWithState).
 
 Input rows are grouped by device; quarantined records (key None) pass straight through.
-For each device, Spark keeps one state value: the rolling baseline (the last `baseline`
-temperatures), the readings not scored yet, the open window buckets and the device's
-clock. A reading is emitted at once and counted in its windows. It is scored against the
-baseline once the device's own event time is `lateness` past it, in (timestamp, id) order,
-so readings the mesh delivers out of order score as if they had come in order. Windows are
-emitted when the device's event time passes their end plus `lateness`; everything left
-is scored and emitted when the device has been silent for `idle_close` (processing time,
-while the job runs). Every output row has `kind`: reading, anomaly, quarantine, tumbling
-or sliding.
+A message whose id the step has seen in the last `dedupe` is dropped (a redelivery): the
+ids are kept per device in buckets of 10 s of the device's event time, so a batch reads
+and writes one or two buckets per device instead of one state entry per message; the
+quarantine keeps its ids one by one (they are few). For each device, Spark keeps one
+state value: the rolling baseline (the last `baseline` temperatures), the readings not
+scored yet, the open window buckets and the device's clock. A reading is emitted at once
+and counted in its windows. It is scored against the baseline once the device's own
+event time is `lateness` past it, in (timestamp, id) order, so readings the mesh delivers
+out of order score as if they had come in order. Windows are emitted when the device's
+event time passes their end plus `lateness`; everything left is scored and emitted when
+the device has been silent for `idle_close` (processing time, while the job runs). Every
+output row has `kind`: reading, anomaly, quarantine, tumbling or sliding.
 """
 
 from __future__ import annotations
@@ -27,6 +30,17 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from enmesh_spark.windows import Aggregate, OpenWindows
 
@@ -40,11 +54,24 @@ OUTPUT_SCHEMA = (
     "window_end_ms long, count long, mean double, min double, max double, p95 double"
 )
 OUTPUT_FIELDS = tuple(part.split()[0] for part in OUTPUT_SCHEMA.split(", "))
-STATE_SCHEMA = (
-    "baseline array<double>, latest_ms long, tumbling_from long, sliding_from long, "
-    "minutes array<long>, bucket_values array<array<double>>, timer_ms long, silent boolean, "
-    "pending array<struct<ts_ms long, id string, temperature double>>"
-)
+
+
+def _struct(**fields: DataType) -> StructType:
+    return StructType([StructField(name, kind) for name, kind in fields.items()])
+
+
+# State schemas as types, not DDL: each DDL string costs the state server a parse per task.
+STATE_SCHEMA = _struct(
+    baseline=ArrayType(DoubleType()), latest_ms=LongType(), tumbling_from=LongType(),
+    sliding_from=LongType(), minutes=ArrayType(LongType()),
+    bucket_values=ArrayType(ArrayType(DoubleType())), timer_ms=LongType(), quiet=IntegerType(),
+    pending=ArrayType(_struct(ts_ms=LongType(), id=StringType(), temperature=DoubleType())),
+)  # fmt: skip
+SEEN_KEY, SEEN_IDS = _struct(bucket=LongType()), _struct(ids=ArrayType(StringType()))
+QUARANTINED_KEY, QUARANTINED = _struct(id=StringType()), _struct(seen=BooleanType())
+
+DEDUPE_BUCKET_MS = 10_000  # one state entry holds the ids of 10 s of a device's event time
+SILENT_EXPIRIES = 3  # on-time expiries of the half-idle-close timer that make a silence
 
 
 @dataclass(frozen=True)
@@ -54,6 +81,7 @@ class Settings:
     threshold: float = 4.0  # |z| above it is an anomaly
     lateness_ms: int = 10_000
     idle_close_ms: int = 60_000
+    dedupe_ms: int = 15 * 60_000  # a redelivery within it (processing time) is dropped
 
 
 @dataclass
@@ -64,27 +92,27 @@ class Device:
     latest_ms: int | None = None
     windows: OpenWindows = field(default_factory=OpenWindows)
     timer_ms: int | None = None
-    silent: bool = False  # the silence timer fired once with no reading since
+    quiet: int = 0  # silence timer expiries, each on time, with no reading since
     pending: list[tuple[int, str, float]] = field(default_factory=list)  # not scored yet
 
     @classmethod
     def load(cls, stored: tuple[Any, ...] | None) -> Device:
         if stored is None:
             return cls()
-        baseline, latest, tumbling_from, sliding_from, minutes, values, timer, silent, pending = (
+        baseline, latest, tumbling_from, sliding_from, minutes, values, timer, quiet, pending = (
             stored
         )
         buckets = {int(m): list(v) for m, v in zip(minutes or (), values or (), strict=True)}
         return cls(
             list(baseline or ()), latest, OpenWindows(buckets, tumbling_from, sliding_from),
-            timer, bool(silent), [tuple(p) for p in pending or ()],
+            timer, quiet or 0, [tuple(p) for p in pending or ()],
         )  # fmt: skip
 
     def dump(self) -> tuple[Any, ...]:
         minutes = sorted(self.windows.buckets)
         return (
             self.baseline, self.latest_ms, self.windows.tumbling_from, self.windows.sliding_from,
-            minutes, [self.windows.buckets[m] for m in minutes], self.timer_ms, self.silent,
+            minutes, [self.windows.buckets[m] for m in minutes], self.timer_ms, self.quiet,
             self.pending,
         )  # fmt: skip
 
@@ -138,6 +166,9 @@ class DeviceProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.state = handle.getValueState("device", STATE_SCHEMA)
+        ttl = self.settings.dedupe_ms
+        self.seen_ids = handle.getMapState("seen", SEEN_KEY, SEEN_IDS, ttl)
+        self.quarantined_ids = handle.getMapState("quarantined", QUARANTINED_KEY, QUARANTINED, ttl)
 
     def handleInputRows(  # noqa: N802  (Spark's API)
         self,
@@ -147,11 +178,14 @@ class DeviceProcessor(StatefulProcessor):
     ) -> Iterator[Row]:
         (name,) = key
         if name is None:  # quarantined records are grouped under a null key
-            for row in rows:
+            for row in self._new_quarantined(rows):
                 yield _row(kind="quarantine", **{c: row[c] for c in INPUT_COLUMNS})
             return
+        new = self._new_readings(rows)
+        if not new:
+            return
         device = Device.load(self.state.get())  # None for a new device: one call
-        for row in sorted(rows, key=lambda r: (r.ts_ms, r.id)):
+        for row in sorted(new, key=lambda r: (r.ts_ms, r.id)):
             fields = {c: row[c] for c in INPUT_COLUMNS if c not in ("body", "reason")}
             late = not device.windows.add(row.ts_ms, row.temperature, self.settings.lateness_ms)
             yield _row(kind="reading", late=late, **fields)
@@ -161,8 +195,9 @@ class DeviceProcessor(StatefulProcessor):
             until = device.latest_ms - self.settings.lateness_ms
             yield from _anomaly_rows(name, device.score(until, self.settings))
             yield from _window_rows(name, device.windows.close(until))
-        self._arm(device, timerValues.getCurrentProcessingTimeInMs())
-        device.silent = False
+        device.quiet = 0
+        if device.timer_ms is None:
+            self._arm(device, timerValues.getCurrentProcessingTimeInMs())
         self.state.update(device.dump())
 
     def handleExpiredTimer(  # noqa: N802
@@ -171,27 +206,52 @@ class DeviceProcessor(StatefulProcessor):
         timerValues: TimerValues,  # noqa: N803
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[Row]:
-        """Silence is two timer expiries in a row with no reading in between, each half of
-        `idle_close` apart, both on time: a timer may fire at the start of a batch that
-        still holds the device's readings, and one that fires late (the job was down or
-        stalled) observed nothing, so it starts the count again."""
+        """Silence is three timer expiries in a row, each on time, with no reading since
+        the first: the timer is armed every half `idle_close` (not moved by each batch,
+        which would cost two timer calls per device and batch), so the last reading came
+        before the first of them and the silence lasted at least `idle_close` (at most one
+        and a half). A timer that fires late (the job was down or stalled) observed
+        nothing, so it starts the count again."""
         (name,) = key
         device = Device.load(self.state.get())
         device.timer_ms = None
         now = timerValues.getCurrentProcessingTimeInMs()
         on_time = now - expiredTimerInfo.getExpiryTimeInMs() <= self.settings.idle_close_ms // 2
-        if not (device.silent and on_time):
-            device.silent = on_time
+        device.quiet = device.quiet + 1 if on_time else 0
+        if device.quiet < SILENT_EXPIRIES:
             self._arm(device, now)
             self.state.update(device.dump())
             return
-        device.silent = False
+        device.quiet = 0
         yield from _anomaly_rows(name, device.score(None, self.settings))
         yield from _window_rows(name, device.windows.flush())
         self.state.update(device.dump())
 
+    def _new_readings(self, rows: Iterable[Row]) -> list[Row]:
+        """The rows whose id this device has not had in the last `dedupe`; records the ids."""
+        buckets: dict[int, list[Row]] = {}
+        for row in rows:
+            buckets.setdefault(row.ts_ms // DEDUPE_BUCKET_MS, []).append(row)
+        new: list[Row] = []
+        for bucket, bucket_rows in buckets.items():
+            stored = self.seen_ids.getValue((bucket,))
+            ids = list(stored[0]) if stored else []
+            known, had = set(ids), len(ids)
+            for row in bucket_rows:
+                if row.id not in known:
+                    known.add(row.id)
+                    ids.append(row.id)
+                    new.append(row)
+            if len(ids) > had:  # (an update also restarts the bucket's time to live)
+                self.seen_ids.updateValue((bucket,), (ids,))
+        return new
+
+    def _new_quarantined(self, rows: Iterable[Row]) -> Iterator[Row]:
+        for row in rows:
+            if not self.quarantined_ids.containsKey((row.id,)):
+                self.quarantined_ids.updateValue((row.id,), (True,))
+                yield row
+
     def _arm(self, device: Device, now_ms: int) -> None:
-        if device.timer_ms is not None:
-            self.handle.deleteTimer(device.timer_ms)
         device.timer_ms = now_ms + self.settings.idle_close_ms // 2
         self.handle.registerTimer(device.timer_ms)

@@ -2,11 +2,11 @@
 
 The streaming plan:
 1. parse JSON telemetry; a record that fails gets the reason (it goes to `quarantine/`);
-2. drop a message whose id was seen in the last `dedupe_minutes` (a redelivery after a
-   crash: Spark's state, checkpointed with each batch);
-3. per device (`device_state`): score each reading against the device's rolling baseline
-   (|z| > threshold is an anomaly), count it in its tumbling (1 min) and sliding (5 min
-   every 1 min) windows, and emit the windows that closed.
+2. per device (`device_state`, Spark's state, checkpointed with each batch): drop a
+   message whose id was seen in the last `--dedupe-minutes` (a redelivery after a crash),
+   score each reading against the device's rolling baseline (|z| > threshold is an
+   anomaly), count it in its tumbling (1 min) and sliding (5 min every 1 min) windows,
+   and emit the windows that closed.
 Each micro-batch's output is collected once to the driver, which writes it as Parquet
 (`publish`), then sends an alert to the `alerts` topic and a command with a TTL to the
 `commands` queue per anomaly (message ids derive from the reading). Only then does
@@ -35,7 +35,7 @@ from enmesh_spark.source import AmqpDataSource, send_rows
 
 TELEMETRY_SCHEMA = "device string, ts long, metrics map<string,double>"
 RAW_METRICS_SCHEMA = "metrics map<string,string>"
-# Spark's state (dedupe ids, devices) in RocksDB, checkpointed as a changelog per batch
+# Spark's state (the device step's) in RocksDB, checkpointed as a changelog per batch
 SPARK_SETTINGS = {
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -49,13 +49,41 @@ SPARK_SETTINGS = {
 }
 
 
+# How the job keeps its state in the checkpoint. Spark cannot resume a checkpoint whose
+# stateful operators or state schemas changed; 2: the dedupe moved into the device step.
+CHECKPOINT_LAYOUT = 2
+LAYOUT_FILE = "enmesh-layout"
+
+
+class CheckpointLayoutError(RuntimeError):
+    """The checkpoint was written by a job that keeps its state differently."""
+
+
+def claim_checkpoint(checkpoint: Path) -> None:
+    """Mark a new checkpoint with the job's layout; refuse one of another layout (one
+    without the mark is from before the mark: layout 1)."""
+    marker = checkpoint / LAYOUT_FILE
+    if not (checkpoint / "offsets").exists():
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{CHECKPOINT_LAYOUT}\n", encoding="utf-8")
+        return
+    found = marker.read_text(encoding="utf-8").strip() if marker.exists() else "1"
+    if found != str(CHECKPOINT_LAYOUT):
+        raise CheckpointLayoutError(
+            f"{checkpoint} holds the state of an older telemetry job (layout {found}); this "
+            f"job keeps its state differently (layout {CHECKPOINT_LAYOUT}) and cannot resume "
+            "from it. To start afresh, stop the job and move the checkpoint aside: messages "
+            "it has not accepted are redelivered, but device baselines and open windows "
+            "start over (a window open at the switch is written again, partly)."
+        )
+
+
 @dataclass(frozen=True)
 class JobConfig:
     out: Path
     source: dict[str, str]  # amqp options for the telemetry address
     sink: dict[str, str]  # amqp options for alerts and commands
     command_ttl_ms: int = 30_000
-    dedupe_minutes: int = 15
     state_partitions: int = 2
     # a reading stamped further ahead of its arrival would close its device's windows early
     max_clock_skew_ms: int = 300_000
@@ -69,7 +97,8 @@ class JobConfig:
 
 
 def check(messages: DataFrame, max_clock_skew_ms: int) -> DataFrame:
-    """Every message with its parsed fields and, when it is unusable, `reason`."""
+    """Every message with its parsed fields and, when it is unusable, `reason`; every row
+    has an id."""
     received_ms = F.unix_millis("received_time")
     parsed = messages.withColumn("t", F.from_json("body", TELEMETRY_SCHEMA)).withColumn(
         "raw", F.from_json("body", RAW_METRICS_SCHEMA)
@@ -87,7 +116,9 @@ def check(messages: DataFrame, max_clock_skew_ms: int) -> DataFrame:
         .when(F.col("t.ts") > received_ms + max_clock_skew_ms, F.lit("timestamp in the future"))
     )
     return parsed.withColumn("reason", reason).select(
-        "id",
+        # a message without an id gets one: rows, alerts and commands need it (it cannot be
+        # recognised when redelivered, so it is never dropped as a duplicate)
+        F.coalesce("id", F.expr("uuid()")).alias("id"),
         "body",
         "reason",
         "received_time",
@@ -101,16 +132,9 @@ def check(messages: DataFrame, max_clock_skew_ms: int) -> DataFrame:
 
 def per_device(messages: DataFrame, config: JobConfig) -> DataFrame:
     """The streaming plan from raw messages to the device step's output rows."""
-    checked = check(messages, config.max_clock_skew_ms).withColumn(
-        # a message without an id cannot be recognised again: it is never dropped
-        "dedupe_id",
-        F.coalesce("id", F.expr("uuid()")),
-    )
-    deduped = checked.withWatermark(
-        "received_time", f"{config.dedupe_minutes} minutes"
-    ).dropDuplicatesWithinWatermark(["dedupe_id"])
-    # quarantined records share the null key: they pass through without state
-    keyed = deduped.select(
+    checked = check(messages, config.max_clock_skew_ms)
+    # quarantined records share the null key
+    keyed = checked.select(
         F.when(F.col("reason").isNull(), F.col("device")).alias("key"), *INPUT_COLUMNS
     )
     return keyed.groupBy("key").transformWithState(
@@ -175,6 +199,7 @@ def start(  # type: ignore[no-untyped-def]
         spark.conf.set(key, value)
     # the state's partitioning is fixed by the first run's checkpoint
     spark.conf.set("spark.sql.shuffle.partitions", str(config.state_partitions))
+    claim_checkpoint(config.out / "_checkpoint")
     if messages is None:
         options = {"idleTickMs": str(config.idle_tick_ms)} | config.source
         messages = spark.readStream.format("amqp").options(**options).load()
@@ -236,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--lateness-seconds", type=float, default=Settings.lateness_ms / 1000)
     parser.add_argument("--idle-close-seconds", type=float, default=Settings.idle_close_ms / 1000)
-    parser.add_argument("--dedupe-minutes", type=int, default=JobConfig.dedupe_minutes)
+    parser.add_argument(
+        "--dedupe-minutes", type=float, default=Settings.dedupe_ms / 60_000,
+        help="drop a message whose id the job had this long ago (a redelivery)",
+    )  # fmt: skip
     parser.add_argument(
         "--max-clock-skew-seconds", type=float, default=JobConfig.max_clock_skew_ms / 1000,
         help="quarantine readings stamped further ahead of their arrival",
@@ -256,16 +284,21 @@ def main(argv: list[str] | None = None) -> int:
         source=source,
         sink=_options(args, "alerts"),
         command_ttl_ms=int(args.command_ttl_seconds * 1000),
-        dedupe_minutes=args.dedupe_minutes,
         max_clock_skew_ms=int(args.max_clock_skew_seconds * 1000),
         state_partitions=args.state_partitions,
         device=Settings(
             lateness_ms=int(args.lateness_seconds * 1000),
             idle_close_ms=int(args.idle_close_seconds * 1000),
+            dedupe_ms=int(args.dedupe_minutes * 60_000),
         ),
     )
     spark = session("enmesh-telemetry", args.master)
-    query = start(spark, config, args.trigger_seconds or None)
+    try:
+        query = start(spark, config, args.trigger_seconds or None)
+    except CheckpointLayoutError as error:
+        spark.stop()
+        print(f"enmesh-telemetry: {error}", file=sys.stderr)
+        return 2
     try:
         run_until_idle(query, args.until_idle, max(args.trigger_seconds, 0.5))
     finally:

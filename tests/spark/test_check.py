@@ -40,7 +40,8 @@ def checked() -> Iterator[dict[str, dict[str, Any]]]:
     spark = telemetry.session("enmesh-test-check", "local[1]")
     try:
         messages = spark.createDataFrame(
-            [(name, body, RECEIVED) for name, body in BODIES.items()],
+            [(name, body, RECEIVED) for name, body in BODIES.items()]
+            + [(None, BODIES["good"], RECEIVED)] * 2,
             "id string, body string, received_time timestamp",
         )
         rows = telemetry.check(messages, SKEW_MS).collect()
@@ -50,7 +51,7 @@ def checked() -> Iterator[dict[str, dict[str, Any]]]:
 
 
 def test_each_unusable_record_gets_its_reason(checked: dict[str, dict[str, Any]]) -> None:
-    reasons = {name: row["reason"] for name, row in checked.items()}
+    reasons = {name: row["reason"] for name, row in checked.items() if name in BODIES}
     assert reasons == {
         "good": None,
         "at the skew limit": None,
@@ -67,3 +68,9 @@ def test_a_usable_record_gets_its_fields(checked: dict[str, dict[str, Any]]) -> 
     good = checked["good"]
     assert (good["device"], good["ts_ms"], good["temperature"]) == ("d1", RECEIVED_MS, 21.5)
     assert good["received_ms"] == RECEIVED_MS
+
+
+def test_a_message_without_an_id_gets_one_of_its_own(checked: dict[str, dict[str, Any]]) -> None:
+    generated = [row for name, row in checked.items() if name not in BODIES]
+    assert len(generated) == 2  # two different ids
+    assert all(row["id"] and row["reason"] is None for row in generated)

@@ -56,8 +56,8 @@ def _assert_match(rows: list[Row], readings: list[Reading]) -> None:
 
 
 def _silence(tester: TwsTester, now_ms: int) -> list[Row]:
-    """Two expiries of the silence timer (each half of idle_close)."""
-    return [*tester.setProcessingTime(now_ms + 1000), *tester.setProcessingTime(now_ms + 2000)]
+    """Three expiries of the silence timer (each half of idle_close)."""
+    return [row for step in (1, 2, 3) for row in tester.setProcessingTime(now_ms + step * 1000)]
 
 
 def test_windows_close_by_event_time_then_silence_with_exact_aggregates() -> None:
@@ -96,15 +96,18 @@ def test_a_new_devices_readings_delivered_after_a_later_one_count_within_latenes
     _assert_match(rows, readings)
 
 
-def test_silence_needs_two_expiries_with_no_reading_between() -> None:
+def test_silence_needs_three_expiries_with_no_reading_since_the_first() -> None:
     readings = _readings(duration=200)
     tester = _tester()
     rows = _feed(tester, readings[:100])
     # the timer fires (e.g. at the start of a slow batch), then the device's readings come
     assert tester.setProcessingTime(1000) == []
     rows += tester.test(DEVICE, [_input(r) for r in readings[100:]])
-    assert tester.setProcessingTime(2000) == []  # the first expiry since the last reading
-    rows += tester.setProcessingTime(3000)
+    # the readings did not move the timer: it fires half an idle close after the last
+    # expiry, and the last reading may have come just before it
+    assert tester.setProcessingTime(2000) == []
+    assert tester.setProcessingTime(3000) == []  # one idle close: not silent yet
+    rows += tester.setProcessingTime(4000)
     _assert_match(rows, readings)
 
 
@@ -112,10 +115,11 @@ def test_a_timer_that_fires_late_observed_no_silence() -> None:
     readings = _readings(duration=200)
     tester = _tester()
     rows = _feed(tester, readings)
-    # the job was down: the first expiry comes 30 s late, then one on time is not enough
+    # the job was down: the first expiry comes 30 s late, then two on time are not enough
     assert tester.setProcessingTime(31_000) == []
     assert tester.setProcessingTime(32_000) == []
-    rows += tester.setProcessingTime(33_000)
+    assert tester.setProcessingTime(33_000) == []
+    rows += tester.setProcessingTime(34_000)
     _assert_match(rows, readings)
 
 
@@ -132,7 +136,21 @@ def test_anomalies_match_the_simulators_rule() -> None:
     assert scored_early  # scored once the device's event time is `lateness` past them
 
 
-def test_quarantined_records_pass_through_without_state() -> None:
+def test_a_redelivered_reading_is_dropped_and_counted_once() -> None:
+    readings = _readings(duration=200)
+    tester = _tester()
+    rows = _feed(tester, readings[:120])
+    # redeliveries of readings already counted (ids 30..119) among new readings, and one
+    # twice in the same batch
+    again = [*readings[30:120], readings[150], *readings[120:]]
+    rows += _feed(tester, again, batch=70)
+    emitted = [row.id for row in rows if row.kind == "reading"]
+    assert sorted(emitted) == sorted(r.id for r in readings)
+    rows += _silence(tester, 0)
+    _assert_match(rows, readings)
+
+
+def test_quarantined_records_pass_through_once_without_device_state() -> None:
     tester = _tester()
     bad = Row(
         device=None, id="x", ts_ms=None, temperature=None, humidity=None, received_ms=5,
@@ -143,3 +161,4 @@ def test_quarantined_records_pass_through_without_state() -> None:
         "quarantine", "x", "not json", "{", 5,
     )  # fmt: skip
     assert tester.peekValueState("device", None) is None
+    assert tester.test(None, [bad]) == []  # a redelivery
