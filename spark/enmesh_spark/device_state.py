@@ -1,6 +1,6 @@
 """The per-device stateful step of the telemetry job (Spark's transformWithState).
 
-Input rows are grouped by device; quarantined records (key None) pass straight through.
+Input rows are grouped by device; quarantined records (key None) pass through once.
 A message whose id the step has seen in the last `dedupe` is dropped (a redelivery): the
 ids are kept per device in buckets of 10 s of the device's event time, so a batch reads
 and writes one or two buckets per device instead of one state entry per message; the

@@ -199,14 +199,15 @@ def start(  # type: ignore[no-untyped-def]
         spark.conf.set(key, value)
     # the state's partitioning is fixed by the first run's checkpoint
     spark.conf.set("spark.sql.shuffle.partitions", str(config.state_partitions))
-    claim_checkpoint(config.out / "_checkpoint")
+    checkpoint = config.out / "_checkpoint"
+    claim_checkpoint(checkpoint)
     if messages is None:
         options = {"idleTickMs": str(config.idle_tick_ms)} | config.source
         messages = spark.readStream.format("amqp").options(**options).load()
     writer = (
         per_device(messages, config)
         .writeStream.foreachBatch(lambda df, i: process_batch(df, i, config))
-        .option("checkpointLocation", str(config.out / "_checkpoint"))
+        .option("checkpointLocation", str(checkpoint))
     )
     if trigger_seconds:
         writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")

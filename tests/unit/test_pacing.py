@@ -3,12 +3,15 @@ at a time (not one per message or per settlement)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+import pytest
 from proton import Message
 
+from enmesh import clients
 from enmesh.clients import PACE_TICK, Endpoint, Sender
+
+NOW = 1000.0  # the clock the sender reads, held still: the figures do not depend on speed
 
 
 class _Link:
@@ -29,10 +32,15 @@ class _Container:
         self.delays.append(delay)
 
 
+@pytest.fixture(autouse=True)
+def _still_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(clients.time, "monotonic", lambda: NOW)
+
+
 def _sender(rate: float, began_ago: float) -> tuple[Sender, _Link]:
     endpoint = Endpoint("amqp://127.0.0.1:1", "q", None, None, None, None, None, 1.0)
     sender = Sender(endpoint, [Message(body=i) for i in range(1000)], rate)
-    sender.link, sender.began = _Link(), time.monotonic() - began_ago
+    sender.link, sender.began = _Link(), NOW - began_ago
     return sender, sender.link
 
 
