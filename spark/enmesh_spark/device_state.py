@@ -4,7 +4,9 @@ Input rows are grouped by device; quarantined records (key None) pass through on
 A message whose id the step has seen in the last `dedupe` is dropped (a redelivery): the
 ids are kept per device in buckets of 10 s of the device's event time, so a batch reads
 and writes one or two buckets per device instead of one state entry per message; the
-quarantine keeps its ids one by one (they are few). For each device, Spark keeps one
+quarantine (its own key) keeps them in buckets of 10 s of arrival, all read when
+quarantined records come (they are few). Each state variable costs every task a round
+trip to register it, so the two share one map. For each device, Spark keeps one
 state value: the rolling baseline (the last `baseline` temperatures), the readings not
 scored yet, the open window buckets and the device's clock. A reading is emitted at once
 and counted in its windows. It is scored against the baseline once the device's own
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +34,6 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import (
     ArrayType,
-    BooleanType,
     DataType,
     DoubleType,
     IntegerType,
@@ -68,9 +69,9 @@ STATE_SCHEMA = _struct(
     pending=ArrayType(_struct(ts_ms=LongType(), id=StringType(), temperature=DoubleType())),
 )  # fmt: skip
 SEEN_KEY, SEEN_IDS = _struct(bucket=LongType()), _struct(ids=ArrayType(StringType()))
-QUARANTINED_KEY, QUARANTINED = _struct(id=StringType()), _struct(seen=BooleanType())
 
-DEDUPE_BUCKET_MS = 10_000  # one state entry holds the ids of 10 s of a device's event time
+DEDUPE_BUCKET_MS = 10_000  # one state entry holds the ids of 10 s (event time; arrival time
+# for the quarantine, whose records may have no timestamp)
 SILENT_EXPIRIES = 3  # on-time expiries of the half-idle-close timer that make a silence
 
 
@@ -168,7 +169,6 @@ class DeviceProcessor(StatefulProcessor):
         self.state = handle.getValueState("device", STATE_SCHEMA)
         ttl = self.settings.dedupe_ms
         self.seen_ids = handle.getMapState("seen", SEEN_KEY, SEEN_IDS, ttl)
-        self.quarantined_ids = handle.getMapState("quarantined", QUARANTINED_KEY, QUARANTINED, ttl)
 
     def handleInputRows(  # noqa: N802  (Spark's API)
         self,
@@ -229,15 +229,33 @@ class DeviceProcessor(StatefulProcessor):
 
     def _new_readings(self, rows: Iterable[Row]) -> list[Row]:
         """The rows whose id this device has not had in the last `dedupe`; records the ids."""
-        buckets: dict[int, list[Row]] = {}
+        by_bucket: dict[int, list[Row]] = {}
         for row in rows:
-            buckets.setdefault(row.ts_ms // DEDUPE_BUCKET_MS, []).append(row)
+            by_bucket.setdefault(row.ts_ms // DEDUPE_BUCKET_MS, []).append(row)
+        stored = {bucket: self.seen_ids.getValue((bucket,)) for bucket in by_bucket}
+        return self._record_new(by_bucket, stored)
+
+    def _new_quarantined(self, rows: Iterable[Row]) -> list[Row]:
+        """The same for the quarantine, by arrival: a redelivery arrives in a later bucket,
+        so every bucket is read."""
+        by_bucket: dict[int, list[Row]] = {}
+        for row in rows:
+            by_bucket.setdefault(row.received_ms // DEDUPE_BUCKET_MS, []).append(row)
+        stored = {key[0]: value for key, value in self.seen_ids.iterator()}
+        return self._record_new(by_bucket, stored)
+
+    def _record_new(
+        self, by_bucket: dict[int, list[Row]], stored: Mapping[int, tuple[Any, ...] | None]
+    ) -> list[Row]:
+        """The rows whose id no stored bucket holds, first of their id; adds them to
+        their buckets (`stored`: bucket -> (ids,), every bucket a known id may be in)."""
+        known = {i for value in stored.values() if value for i in value[0]}
         new: list[Row] = []
-        for bucket, bucket_rows in buckets.items():
-            stored = self.seen_ids.getValue((bucket,))
-            ids = list(stored[0]) if stored else []
-            known, had = set(ids), len(ids)
-            for row in bucket_rows:
+        for bucket, rows in by_bucket.items():
+            value = stored.get(bucket)
+            ids = list(value[0]) if value else []
+            had = len(ids)
+            for row in rows:
                 if row.id not in known:
                     known.add(row.id)
                     ids.append(row.id)
@@ -245,12 +263,6 @@ class DeviceProcessor(StatefulProcessor):
             if len(ids) > had:  # (an update also restarts the bucket's time to live)
                 self.seen_ids.updateValue((bucket,), (ids,))
         return new
-
-    def _new_quarantined(self, rows: Iterable[Row]) -> Iterator[Row]:
-        for row in rows:
-            if not self.quarantined_ids.containsKey((row.id,)):
-                self.quarantined_ids.updateValue((row.id,), (True,))
-                yield row
 
     def _arm(self, device: Device, now_ms: int) -> None:
         device.timer_ms = now_ms + self.settings.idle_close_ms // 2

@@ -162,3 +162,9 @@ def test_quarantined_records_pass_through_once_without_device_state() -> None:
     )  # fmt: skip
     assert tester.peekValueState("device", None) is None
     assert tester.test(None, [bad]) == []  # a redelivery
+    # redelivered a minute later (another arrival bucket), with a new record
+    later = [
+        bad.asDict() | {"received_ms": 60_005},
+        bad.asDict() | {"id": "y", "received_ms": 60_006},
+    ]
+    assert [row.id for row in tester.test(None, [Row(**r) for r in later])] == ["y"]
