@@ -160,6 +160,14 @@ def _window_rows(device: str, aggregates: Iterable[Aggregate]) -> Iterator[Row]:
         )  # fmt: skip
 
 
+def _by_bucket(rows: Iterable[Row], time_field: str) -> dict[int, list[Row]]:
+    """Rows by the dedupe bucket of their `time_field` (milliseconds)."""
+    buckets: dict[int, list[Row]] = {}
+    for row in rows:
+        buckets.setdefault(row[time_field] // DEDUPE_BUCKET_MS, []).append(row)
+    return buckets
+
+
 class DeviceProcessor(StatefulProcessor):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -229,18 +237,14 @@ class DeviceProcessor(StatefulProcessor):
 
     def _new_readings(self, rows: Iterable[Row]) -> list[Row]:
         """The rows whose id this device has not had in the last `dedupe`; records the ids."""
-        by_bucket: dict[int, list[Row]] = {}
-        for row in rows:
-            by_bucket.setdefault(row.ts_ms // DEDUPE_BUCKET_MS, []).append(row)
+        by_bucket = _by_bucket(rows, "ts_ms")
         stored = {bucket: self.seen_ids.getValue((bucket,)) for bucket in by_bucket}
         return self._record_new(by_bucket, stored)
 
     def _new_quarantined(self, rows: Iterable[Row]) -> list[Row]:
         """The same for the quarantine, by arrival: a redelivery arrives in a later bucket,
         so every bucket is read."""
-        by_bucket: dict[int, list[Row]] = {}
-        for row in rows:
-            by_bucket.setdefault(row.received_ms // DEDUPE_BUCKET_MS, []).append(row)
+        by_bucket = _by_bucket(rows, "received_ms")
         stored = {key[0]: value for key, value in self.seen_ids.iterator()}
         return self._record_new(by_bucket, stored)
 
