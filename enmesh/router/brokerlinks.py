@@ -10,6 +10,7 @@ pass through both ways.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("enmesh.router.brokers")
 NO_ROUTE = "qd:no-route-to-dest"
+BROKER_DETACH_GRACE_SECONDS = 1.0
 
 
 class PairedInLink(InLink):
@@ -40,6 +42,9 @@ class PairedInLink(InLink):
 
     def refresh(self) -> None:
         if self.closed:
+            return
+        if self.out.closed:  # the client is gone: ask the broker for nothing more
+            self.grant(0, may_reduce=True)
             return
         self.grant(self.out.link.credit - len(self.out.waiting) - len(self.held), may_reduce=True)
 
@@ -161,14 +166,36 @@ class BrokerLinks:
         self._close_partner(link, Condition(NO_ROUTE, "the other end of the route went away"))
 
     def _close_partner(self, link: Link, condition: Any) -> None:
-        partner: Link | None = getattr(link, "enmesh_client", None) or getattr(
+        found: Link | None = getattr(link, "enmesh_client", None) or getattr(
             link, "enmesh_peer", None
         )
-        if partner is None or partner.state & Endpoint.LOCAL_CLOSED:
+        if found is None or found.state & Endpoint.LOCAL_CLOSED:
             return
+        partner: Link = found
+        inbound: InLink | None = getattr(partner, "enmesh_in", None)
+        if inbound is not None and not inbound.closed:
+            # Credit first, so nothing given back comes straight back on this link; then
+            # give back what the client left unsettled (held here, or never sent on).
+            inbound.grant(0, may_reduce=True)
+            inbound.release_held()
         self.router.forget_link(partner)
-        if partner.state & Endpoint.LOCAL_UNINIT:
-            partner.open()
-        if condition is not None:
-            partner.condition = condition
-        partner.close()
+        if inbound is not None and getattr(link, "enmesh_peer", None) is partner:
+            # A broker link the client left: detach after a grace. RabbitMQ keeps a message
+            # it had in flight to a link that detaches unacknowledged, held from every
+            # consumer, until the session (the router's, long-lived) ends; arriving before
+            # the detach, it is released (InLink.on_delivery) and goes back to the queue.
+            self.router.loop.call_later(
+                BROKER_DETACH_GRACE_SECONDS, functools.partial(_detach, partner, condition)
+            )
+            return
+        _detach(partner, condition)
+
+
+def _detach(link: Link, condition: Any) -> None:
+    if link.state & Endpoint.LOCAL_CLOSED:
+        return
+    if link.state & Endpoint.LOCAL_UNINIT:
+        link.open()
+    if condition is not None:
+        link.condition = condition
+    link.close()

@@ -204,6 +204,15 @@ class InLink:
         link.enmesh_in = self
 
     def on_delivery(self, delivery: Delivery) -> None:
+        if self.closed:  # sent before the peer saw that we let the link go: give it back
+            self.link.recv(delivery.pending)
+            if delivery.partial:
+                return
+            self.link.advance()
+            if not delivery.settled:
+                delivery.update(RELEASED)
+            delivery.settle()
+            return
         if delivery.aborted:
             self.partial = None
             delivery.settle()

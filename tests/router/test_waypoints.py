@@ -173,3 +173,19 @@ class TopicFanout(Scenario):
 def test_topic_reaches_live_and_durable_subscribers(stack: Mesh) -> None:
     received = run(TopicFanout(stack), timeout=60).received
     assert received == {"live": ["device 7 at 91C"], "audit": ["device 7 at 91C"]}
+
+
+def test_a_subscriber_that_releases_and_leaves_does_not_stall_the_subscription(
+    stack: Mesh,
+) -> None:
+    # Overshot credit and a released message in flight to a link the router detaches:
+    # RabbitMQ held them unacknowledged until the router's broker session ended, and the
+    # subscription's next subscribers through that router got nothing.
+    bodies = [f"stall {i}" for i in range(3)]
+    sent = run(SendAll(stack, 0, "backend@iot", "alerts", bodies), timeout=30)
+    assert sent.accepted == len(bodies)
+    for _ in range(2):  # (audit allows 3 delivery attempts: a third would dead-letter it)
+        left = run(Receive(stack, 1, "backend@iot", "alerts::audit", 1, release=True), 30)
+        assert left.bodies[0] == bodies[0]  # (and what else its credit brought)
+    received = run(Receive(stack, 1, "backend@iot", "alerts::audit", len(bodies)), timeout=30)
+    assert received.bodies == bodies
