@@ -301,13 +301,13 @@ def main(argv: list[str] | None = None) -> int:
             dedupe_ms=int(args.dedupe_minutes * 60_000),
         ),
     )
-    spark = session("enmesh-telemetry", args.master)
-    try:
-        query = start(spark, config, args.trigger_seconds or None)
+    try:  # before Spark starts (half a minute), so a refused checkpoint fails at once
+        claim_checkpoint(config.out / "_checkpoint")
     except CheckpointLayoutError as error:
-        spark.stop()
         print(f"enmesh-telemetry: {error}", file=sys.stderr)
         return 2
+    spark = session("enmesh-telemetry", args.master)
+    query = start(spark, config, args.trigger_seconds or None)
     try:
         run_until_idle(query, args.until_idle, max(args.trigger_seconds, 0.5))
     finally:

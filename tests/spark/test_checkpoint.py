@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from enmesh_spark import telemetry
 from enmesh_spark.telemetry import CHECKPOINT_LAYOUT, CheckpointLayoutError, claim_checkpoint
 
 
@@ -32,3 +33,20 @@ def test_a_checkpoint_of_another_layout_is_refused_and_kept(
         claim_checkpoint(checkpoint)
     assert (checkpoint / "offsets" / "0").read_text() == "v1"
     assert (checkpoint / "enmesh-layout").exists() == bool(marker)
+
+
+def test_the_job_refuses_another_layout_before_starting_spark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "_checkpoint" / "offsets").mkdir(parents=True)  # layout 1: no marker
+
+    def no_spark(*args: object) -> None:
+        raise AssertionError("Spark started for a checkpoint the job refuses")
+
+    monkeypatch.setattr(telemetry, "session", no_spark)
+    password = tmp_path / "password"
+    password.write_text("secret")
+    argv = ["--url", "amqp://127.0.0.1:1", "--user", "backend@iot", "--password-file",
+            str(password), "--out", str(tmp_path)]  # fmt: skip
+    assert telemetry.main(argv) == 2
+    assert "layout 1" in capsys.readouterr().err
