@@ -34,6 +34,11 @@ class RouterInstance:
     metrics_port: int
 
 
+def standard_broker_name(space: str, address: str) -> str:
+    """Queue or exchange name of a standard space's address (they share one vhost)."""
+    return f"{space}.{address}"
+
+
 def router_address(tenant: str, address: str) -> str:
     return f"{tenant}/{address}"
 
@@ -149,7 +154,7 @@ class Layout:
     def broker_name(self, tenant: Tenant, address: str) -> str:
         """Queue or exchange name on the broker."""
         if tenant.space.spec.type is SpaceType.STANDARD:
-            return f"{tenant.name}.{address}"
+            return standard_broker_name(tenant.name, address)
         return address
 
     # --- files on the deployed host ---------------------------------------------------

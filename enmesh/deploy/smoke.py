@@ -14,8 +14,14 @@ routers (sender on the first router, receivers on the others) with real credenti
 
 Users are picked from the compiled vhost policies (who may send to / receive from the
 address); a type no user may use is reported as skipped. Every message carries a fresh
-nonce; a stored message without it (someone else's) is released, never consumed, and
-that check fails with what to do. Brokered spaces are not routed: not checked here.
+nonce. A store the check would use (a queue, a dead-letter queue, a subscription, and
+for a topic its subscriptions) is checked only when the brokers say it is empty (their
+Prometheus endpoint); one that holds messages is reported as skipped and never attached
+to: RabbitMQ 3.10 counts a message given back as a delivery attempt, so even a look
+would move its messages towards the dead-letter queue. A copy a check sends into a
+subscription is taken back. A stored message without the nonce that still turns up
+(one that arrived meanwhile) is released, left in place, and the check fails with what
+to do. Brokered spaces are not routed: not checked here.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from proton import Message, Timeout
 from proton.utils import BlockingConnection, BlockingReceiver
 
 from enmesh.clients import connect_options
+from enmesh.compile.layout import standard_broker_name
+from enmesh.deploy import queue_depth
 from enmesh.router.policy import Vhost, VhostGroup, parse_policy_file
 
 TIMEOUT = 30.0
@@ -45,8 +53,16 @@ class SmokeError(Exception):
     """A check failed; the message names the address, the routers and the cause."""
 
 
-class NotApplicable(Exception):  # noqa: N818 (a reason to skip, not an error)
+class Skipped(Exception):  # noqa: N818 (a reason to skip, not an error)
+    """The check cannot run; the message says why."""
+
+
+class NotApplicable(Skipped):
     """The model gives no user the rights this check needs."""
+
+
+class Occupied(Skipped):
+    """A store the check would use holds messages (left in place, not attached to)."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +195,59 @@ class SmokeCheck:
         with self.stack.connect(self.urls[0], identity, space) as connection:
             connection.create_sender(address).send(message, timeout=TIMEOUT)
 
-    def _pass_through(self, space: str, send_to: str, receive_from: str, access: Access) -> str:
+    def _ensure_empty(self, space: str, addresses: list[str]) -> None:
+        """Raise Occupied if a broker holds messages in one of these stores."""
+        try:
+            depths = queue_depth.read(self.stack.deployment["brokers"])
+        except queue_depth.DepthUnknown as exc:
+            raise Skipped(f"{exc}; stores are not attached to unless known empty") from exc
+        for address in addresses:
+            held = depths.get(standard_broker_name(space, address), 0)
+            if held:
+                raise Occupied(
+                    f"{space}/{address} holds {held} message(s) (left in place); it is "
+                    "checked once they are consumed"
+                )
+
+    def _subscriptions(self, space: str, topic: str) -> list[dict[str, str]]:
+        return sorted(
+            (
+                a
+                for a in self.stack.deployment["addresses"]
+                if a["space"] == space and a["type"] == "subscription"
+                and a["link"].split("::", 1)[0] == topic
+            ),
+            key=lambda a: a["link"],
+        )  # fmt: skip
+
+    def _take_back(self, space: str, access: Access, links: list[str], nonce: str) -> None:
+        """Consume the copy of the message carrying `nonce` from each of `links`."""
+        for link in links:
+            user = access.receiver(link)
+            if user is None:
+                raise NotApplicable(f"no user may receive from {link} (to take a copy back)")
+            with self.stack.connect(self.urls[-1], user, space) as connection:
+                _expect(connection.create_receiver(link, credit=1), nonce, f"{space}/{link}")
+
+    def _via_topic(self, space: str, topic: str, receive_from: str, access: Access) -> str:
+        """A pass-through by way of a topic: its subscriptions must be empty first, and
+        the copies it leaves there are taken back."""
+        subscriptions = self._subscriptions(space, topic)
+        self._ensure_empty(space, [s["address"] for s in subscriptions])
+        nonce = secrets.token_hex(8)
+        detail = self._pass_through(space, topic, receive_from, access, nonce)
+        others = [s["link"] for s in subscriptions if s["link"] != receive_from]
+        self._take_back(space, access, others, nonce)
+        return detail
+
+    def _pass_through(
+        self,
+        space: str,
+        send_to: str,
+        receive_from: str,
+        access: Access,
+        nonce: str | None = None,
+    ) -> str:
         """Attach a receiver on the last router, send through the first, expect the nonce.
 
         The send runs in its own thread: on a direct address the sender's delivery is
@@ -187,7 +255,7 @@ class SmokeCheck:
         that is checked too: the sender must see `accepted`.
         """
         sender, receiver_user = self._users(access, send_to, receive_from)
-        nonce = secrets.token_hex(8)
+        nonce = nonce or secrets.token_hex(8)
         failures: list[BaseException] = []
 
         def send() -> None:
@@ -209,12 +277,16 @@ class SmokeCheck:
     def _anycast(self, space: str, entry: dict[str, str], access: Access) -> str:
         return self._pass_through(space, entry["address"], entry["address"], access)
 
-    _queue = _anycast
-    _topic = _anycast
+    def _queue(self, space: str, entry: dict[str, str], access: Access) -> str:
+        self._ensure_empty(space, [entry["address"]])
+        return self._anycast(space, entry, access)
+
+    def _topic(self, space: str, entry: dict[str, str], access: Access) -> str:
+        return self._via_topic(space, entry["address"], entry["address"], access)
 
     def _subscription(self, space: str, entry: dict[str, str], access: Access) -> str:
         topic = entry["link"].split("::", 1)[0]
-        return self._pass_through(space, topic, entry["link"], access)
+        return self._via_topic(space, topic, entry["link"], access)
 
     def _multicast(self, space: str, entry: dict[str, str], access: Access) -> str:
         address = entry["address"]
@@ -257,6 +329,7 @@ class SmokeCheck:
         sender, receiver_user = self._users(access, queue, queue)
         if access.receiver(dlq) is None:
             raise NotApplicable(f"no user may receive from {dlq}")
+        self._ensure_empty(space, [queue, dlq])
         nonce = secrets.token_hex(8)
         self._send(space, sender, queue, _message(nonce))
         with self.stack.connect(self.urls[-1], receiver_user, space) as connection:
@@ -298,7 +371,7 @@ def run_smoke(stack: Stack, report: Callable[[str], None] = print) -> bool:
         label = f"{check.kind:<12} {check.space}/{check.address}"
         try:
             detail = check.run()
-        except NotApplicable as exc:
+        except Skipped as exc:
             report(f"  skip  {label}: {exc}")
             continue
         except Exception as exc:

@@ -56,7 +56,7 @@ def _stored_ids() -> set[str]:
 
 def test_readings_sent_through_the_mesh_land_in_parquet(stack: Stack) -> None:
     # Devices of their own: no stored baseline, so no anomaly (alerts and expired commands
-    # would land in alerts::audit and dlq, where the smoke check wants nothing foreign).
+    # would land in alerts::audit and dlq, and the smoke check would skip those stores).
     began = int(time.time() * 1000)
     readings = generate(
         seed=3, devices=3, rate=10, duration=3, start_ms=began, device_prefix=f"e2e{began}"

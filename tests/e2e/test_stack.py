@@ -14,6 +14,7 @@ from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
 from enmesh.clients import connect_options
+from enmesh.deploy import queue_depth
 from enmesh.deploy.smoke import Stack, run_smoke
 from tests.support.mesh import wait_until
 
@@ -143,6 +144,32 @@ def test_every_address_type_across_routers(stack: Stack) -> None:
     assert run_smoke(stack, lines.append), "\n".join(lines)
     checked = {line.split()[1] for line in lines if line.split()[0] == "ok"}
     assert checked == {"anycast", "multicast", "queue", "topic", "subscription", "deadletter"}
+
+
+def test_the_smoke_check_leaves_stored_messages_alone(
+    stack: Stack, deployment: dict[str, Any]
+) -> None:
+    # A stored alert (the telemetry job publishes them; the `audit` subscription keeps
+    # them) makes the subscription and topic checks skip, not fail, and is never
+    # attached to: a look would count as a delivery attempt on RabbitMQ 3.10.
+    body = f"stored alert {time.time_ns()}"
+    with stack.connect(stack.urls[0], "backend@iot", "iot") as sender_connection:
+        sender_connection.create_sender("alerts").send(Message(body=body, durable=True))
+
+    def audit_depth() -> int:
+        return queue_depth.read(deployment["brokers"]).get("iot.audit", 0)
+
+    wait_until(lambda: audit_depth() == 1, 30, "the alert to be stored in iot.audit")
+    lines: list[str] = []
+    assert run_smoke(stack, lines.append), "\n".join(lines)
+    skipped = {line.split()[1] for line in lines if line.split()[0] == "skip"}
+    assert skipped == {"subscription", "topic"}, "\n".join(lines)
+    assert audit_depth() == 1
+    with stack.connect(stack.urls[-1], "backend@iot", "iot") as receiver_connection:
+        receiver = receiver_connection.create_receiver("alerts::audit", credit=1)
+        stored = receiver.receive(timeout=30)
+        receiver.accept()
+    assert (stored.body, stored.delivery_count) == (body, 0)
 
 
 def test_queue_messages_survive_a_broker_restart(
