@@ -16,6 +16,7 @@ from tests.support.mesh import wait_until
 PROGRAMS = ("enmesh-spark-master", "enmesh-spark-worker", "enmesh-telemetry")
 OUTPUT = Path("/var/lib/enmesh/telemetry")  # the spark role's enmesh_spark_output_dir
 INSTALLED = Path("/opt/enmesh/installed.sha1")  # enmesh_base records the archive it installed
+WORK = Path("/var/lib/enmesh/spark/work")  # the worker's --work-dir: an executor log per app
 
 
 def test_spark_and_the_job_run_under_supervisord(host: Any) -> None:
@@ -68,3 +69,13 @@ def test_readings_sent_through_the_mesh_land_in_parquet(stack: Stack) -> None:
     assert accepted == len(readings)
     wanted = {r.id for r in readings}
     wait_until(lambda: wanted <= _stored_ids(), 240, "the job to store the readings")
+
+
+def test_the_executor_logs_warnings_only(host: Any) -> None:
+    """At INFO, each micro-batch wrote about 15 KB to the executor's log (an idle job runs
+    a batch every 5 s), in a file nothing rolled. (After the readings above: batches ran.)"""
+    (pid,) = host.check_output("pgrep -f [C]oarseGrainedExecutorBackend").split()
+    assert "-Dlog4j2.configurationFile=file:" in Path(f"/proc/{pid}/cmdline").read_text()
+    newest = max(WORK.glob("app-*/*/stderr"), key=lambda log: log.stat().st_mtime)
+    info = [line for line in newest.read_text().splitlines() if " INFO " in line]
+    assert not info, f"{newest}: {info[:3]}"
