@@ -215,7 +215,7 @@ class SmokeCheck:
                 a
                 for a in self.stack.deployment["addresses"]
                 if a["space"] == space and a["type"] == "subscription"
-                and a["link"].split("::", 1)[0] == topic
+                and _topic_of(a["link"]) == topic
             ),
             key=lambda a: a["link"],
         )  # fmt: skip
@@ -285,8 +285,7 @@ class SmokeCheck:
         return self._via_topic(space, entry["address"], entry["address"], access)
 
     def _subscription(self, space: str, entry: dict[str, str], access: Access) -> str:
-        topic = entry["link"].split("::", 1)[0]
-        return self._via_topic(space, topic, entry["link"], access)
+        return self._via_topic(space, _topic_of(entry["link"]), entry["link"], access)
 
     def _multicast(self, space: str, entry: dict[str, str], access: Access) -> str:
         address = entry["address"]
@@ -338,6 +337,11 @@ class SmokeCheck:
         with self.stack.connect(self.urls[-1], access.receiver(dlq) or "", space) as connection:
             _expect(connection.create_receiver(dlq, credit=1), nonce, f"{space}/{dlq}")
         return f"{queue} rejected -> {dlq}"
+
+
+def _topic_of(link: str) -> str:
+    """`alerts::audit` -> `alerts` (a subscription's link address names its topic)."""
+    return link.split("::", 1)[0]
 
 
 def _pump_until_done(connection: BlockingConnection, sending: threading.Thread) -> None:

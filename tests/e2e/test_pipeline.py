@@ -11,11 +11,11 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from enmesh.deploy.smoke import Stack
 from enmesh_spark.simulator import generate, send
+from tests.e2e.installs import started_after_install
 from tests.support.mesh import wait_until
 
 PROGRAMS = ("enmesh-spark-master", "enmesh-spark-worker", "enmesh-telemetry")
 OUTPUT = Path("/var/lib/enmesh/telemetry")  # the spark role's enmesh_spark_output_dir
-INSTALLED = Path("/opt/enmesh/installed.sha1")  # enmesh_base records the archive it installed
 WORK = Path("/var/lib/enmesh/spark/work")  # the worker's --work-dir: an executor log per app
 
 
@@ -29,9 +29,7 @@ def test_the_job_runs_the_installed_enmesh(host: Any) -> None:
     """The job imports enmesh_spark once: it must have started after the current install
     (on a host with routers, enmesh is installed by another play than the job's)."""
     pid = host.supervisor("enmesh-telemetry").pid
-    running_for = int(host.check_output(f"ps -o etimes= -p {pid}"))
-    started = time.time() - running_for
-    assert started >= INSTALLED.stat().st_mtime - 1, "the job runs an older enmesh install"
+    assert started_after_install(host, pid), "the job runs an older enmesh install"
 
 
 def _local_address(column: str) -> tuple[str, str]:

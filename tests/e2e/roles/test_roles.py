@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.e2e.installs import INSTALLED, started_after_install
+
 
 def test_tls_keys_are_private_and_certificates_verify(
     host: Any, deployment: dict[str, Any]
@@ -58,13 +60,10 @@ def test_router_mesh_is_complete(host: Any, deployment: dict[str, Any]) -> None:
 
 def test_router_processes_run_the_installed_enmesh(host: Any, deployment: dict[str, Any]) -> None:
     # A router imports enmesh once: one started before the last install runs old code.
-    installed = host.file("/opt/enmesh/installed.sha1")
+    installed = host.file(INSTALLED)
     assert host.file("/opt/enmesh/routers-install.sha1").content_string == (
         installed.content_string
     )
-    installed_at = int(host.check_output("stat -c %Y /opt/enmesh/installed.sha1"))
-    now = int(host.check_output("date +%s"))
     for router in deployment["routers"]:
         pid = host.supervisor(f"enmesh-router-{router['id']}").pid
-        running_for = int(host.check_output(f"ps -o etimes= -p {pid}").strip())
-        assert now - running_for >= installed_at - 1, f"{router['id']} predates the install"
+        assert started_after_install(host, pid), f"{router['id']} predates the install"
