@@ -157,18 +157,24 @@ class Sender(_Client):
     the outcomes the receiving end reports."""
 
     def __init__(
-        self, endpoint: Endpoint, messages: Sequence[Message], rate: float | None = None
+        self,
+        endpoint: Endpoint,
+        messages: Sequence[Message],
+        rate: float | None = None,
+        start_at: float | None = None,
     ) -> None:
         super().__init__(endpoint)
-        self.messages, self.rate = messages, rate
+        self.messages, self.rate, self.start_at = messages, rate, start_at
         self.sent = 0
         self.outcomes = {"accepted": 0, "rejected": 0, "released": 0, "modified": 0}
-        self.began = 0.0
+        self.began = 0.0  # (monotonic) when the first message is due
         self.link: Any = None
         self.wake_pending = False  # a paced pump is scheduled
 
     def attach(self, event: Any) -> None:
         self.began = time.monotonic()
+        if self.start_at is not None:
+            self.began += self.start_at - time.time()
         self.link = event.container.create_sender(self.connection, self.endpoint.address)
 
     def on_sendable(self, event: Any) -> None:
@@ -177,7 +183,7 @@ class Sender(_Client):
     def pump(self, container: Any) -> None:
         due = len(self.messages)
         if self.rate:
-            due = min(due, int((time.monotonic() - self.began) * self.rate) + 1)
+            due = min(due, max(0, int((time.monotonic() - self.began) * self.rate) + 1))
         while self.link.credit and self.sent < due:
             self.link.send(self.messages[self.sent])
             self.sent += 1
@@ -215,9 +221,16 @@ class _Pump(MessagingHandler):
         self.sender.pump(event.container)
 
 
-def send_messages(endpoint: Endpoint, messages: Sequence[Message], rate: float | None) -> Sender:
-    """Send and wait for every outcome; raises ClientError if the link or connection fails."""
-    client = Sender(endpoint, messages, rate)
+def send_messages(
+    endpoint: Endpoint,
+    messages: Sequence[Message],
+    rate: float | None,
+    start_at: float | None = None,
+) -> Sender:
+    """Send and wait for every outcome; raises ClientError if the link or connection fails.
+    With `rate`, the i-th message is due i/rate seconds after `start_at` (wall-clock epoch
+    seconds; default: once the link is attached, which takes a connection's set-up)."""
+    client = Sender(endpoint, messages, rate, start_at)
     Container(client).run()
     if client.error:
         raise ClientError(client.error)

@@ -20,7 +20,6 @@ output row has `kind`: reading, anomaly, quarantine, tumbling or sliding.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,8 +129,7 @@ class Device:
             self.baseline = [*previous, temperature][-settings.baseline :]
             if len(previous) < settings.min_baseline:
                 continue
-            mean = statistics.fmean(previous)
-            std = statistics.stdev(previous, mean)
+            mean, std = _mean_and_std(previous)
             if std == 0 or math.isnan(std):
                 continue
             z = (temperature - mean) / std
@@ -141,6 +139,14 @@ class Device:
                     "temperature": temperature, "baseline_mean": mean, "baseline_std": std,
                     "z": z,
                 }  # fmt: skip
+
+
+def _mean_and_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation, correctly rounded sums (math.fsum). Not
+    `statistics.stdev`: it sums exactly in fractions, ten times slower, and runs once per
+    reading."""
+    mean = math.fsum(values) / len(values)
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def _row(**values: Any) -> Row:

@@ -163,15 +163,18 @@ def send(
     ca: str | None,
     rate: float | None = None,
     timeout: float = 30,
+    at_timestamps: bool = False,
 ) -> int:
-    """Send the readings (at most `rate` per second when given); returns how many the
-    mesh accepted."""
+    """Send the readings (at most `rate` per second when given; with `at_timestamps`, each
+    when the clock reaches its timestamp, not that long after the link opens); returns how
+    many the mesh accepted."""
     vhost = user.split("@", 1)[1] if user and "@" in user else None
     pace = 0.0 if rate is None else len(readings) / rate
     endpoint = Endpoint(
         url, address, user, password, vhost, None if ca is None else Path(ca), None, timeout + pace
     )
-    return send_messages(endpoint, messages(readings), rate).outcomes["accepted"]
+    start_at = readings[0].ts_ms / 1000 if at_timestamps and readings else None
+    return send_messages(endpoint, messages(readings), rate, start_at).outcomes["accepted"]
 
 
 def run(args: argparse.Namespace, endpoint: Endpoint) -> int:

@@ -3,12 +3,15 @@ windows against the simulator's independent aggregates, lateness, silence, anoma
 
 from __future__ import annotations
 
+import random
+import statistics
 from typing import Any
 
+import pytest
 from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from enmesh_spark.device_state import DeviceProcessor, Settings
+from enmesh_spark.device_state import DeviceProcessor, Settings, _mean_and_std
 from enmesh_spark.simulator import Reading, expected_anomalies, expected_windows, generate
 from tests.support.windows import assert_windows_match
 
@@ -168,3 +171,12 @@ def test_quarantined_records_pass_through_once_without_device_state() -> None:
         bad.asDict() | {"id": "y", "received_ms": 60_006},
     ]
     assert [row.id for row in tester.test(None, [Row(**r) for r in later])] == ["y"]
+
+
+def test_the_baseline_statistics_agree_with_exact_arithmetic() -> None:
+    rng = random.Random(3)
+    for _ in range(200):
+        values = [rng.gauss(rng.uniform(-30, 60), rng.uniform(0.01, 5)) for _ in range(50)]
+        mean, std = _mean_and_std(values)
+        assert mean == pytest.approx(statistics.fmean(values), rel=1e-12)
+        assert std == pytest.approx(statistics.stdev(values), rel=1e-12)

@@ -65,3 +65,41 @@ def test_a_slow_rate_sleeps_until_the_next_message_is_due() -> None:
     assert len(link.sent) == 1
     (delay,) = container.delays
     assert 0.4 < delay <= 0.5
+
+
+WALL = 5000.0  # the wall clock, held still too
+
+
+class _AttachEvent:
+    """What `Sender.attach` reads off proton's event: a container that opens the link."""
+
+    def __init__(self, link: _Link) -> None:
+        self.container = self
+        self.link = link
+
+    def create_sender(self, connection: Any, address: str) -> _Link:
+        return self.link
+
+
+def _attached(rate: float, start_at: float) -> tuple[Sender, _Link]:
+    endpoint = Endpoint("amqp://127.0.0.1:1", "q", None, None, None, None, None, 1.0)
+    sender = Sender(endpoint, [Message(body=i) for i in range(1000)], rate, start_at)
+    link = _Link()
+    sender.attach(_AttachEvent(link))
+    return sender, link
+
+
+@pytest.mark.parametrize(("start_in", "due"), [(0.5, 0), (-0.1, 11)])
+def test_a_sender_given_a_start_paces_from_it_not_from_its_link(
+    monkeypatch: pytest.MonkeyPatch, start_in: float, due: int
+) -> None:
+    """Readings stamped from a wall-clock start go out when the clock reaches each stamp:
+    none before the start, and the backlog at once when the link opened late."""
+    monkeypatch.setattr(clients.time, "time", lambda: WALL)
+    sender, link = _attached(rate=100, start_at=WALL + start_in)
+    container = _Container()
+    sender.pump(container)
+    assert len(link.sent) == due
+    (delay,) = container.delays
+    # next wake: when the next message is due (at the start, or a hundredth later)
+    assert delay == pytest.approx(max(PACE_TICK, start_in + due / 100), abs=1e-9)
