@@ -12,6 +12,7 @@ Spark in local mode runs the same per-batch processing over the same kind of rea
 JSON files. Prints the figures and writes benchmarks/results/pipeline.json.
 
     .venv/bin/python benchmarks/pipeline.py [--rates 100 400 700] [--seconds 30] [--wait 120]
+        [--devices 20]
 """
 
 from __future__ import annotations
@@ -110,9 +111,8 @@ def _summary(
 
 
 def through_mesh(
-    stack: Stack, rate: float, seconds: float, seed: int, wait: float
+    stack: Stack, rate: float, seconds: float, seed: int, *, wait: float, devices: int = 20
 ) -> dict[str, Any]:
-    devices = 20
     began = time.time() + SEND_LEAD_SECONDS
     # Devices of the run's own: a device of another run (another seed) has another
     # baseline, and its readings would open with a burst of anomalies.
@@ -131,7 +131,7 @@ def through_mesh(
     while len(visible) < len(wanted) and time.time() < deadline:
         time.sleep(1)  # polling the output for the stragglers, not a readiness wait
         visible = visibility.poll()
-    return {"rate": rate, "seconds": seconds, "accepted": accepted} | _summary(
+    return {"rate": rate, "devices": devices, "seconds": seconds, "accepted": accepted} | _summary(
         readings, visible, began
     )
 
@@ -166,17 +166,20 @@ def main() -> int:
     parser.add_argument("--rates", type=float, nargs="+", default=[100.0, 400.0, 700.0])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--wait", type=float, default=120.0, help="seconds to wait for output")
+    parser.add_argument(
+        "--devices", type=int, default=20, help="devices sending (a batch's time follows them)"
+    )
     args = parser.parse_args()
     stack = _local_stack()
     # A job started moments ago spends its first batch with data starting Python workers
     # and opening state stores (about 30 s), and its next thousands of rows compiling:
     # measure the running service, not that.
-    warm_up = through_mesh(stack, 100.0, 30.0, 99, args.wait)
+    warm_up = through_mesh(stack, 100.0, 30.0, 99, wait=args.wait)
     if warm_up["stored"] < warm_up["readings"]:
         raise SystemExit(f"the job did not store the warm-up readings: {json.dumps(warm_up)}")
     print(f"warm-up: {json.dumps(warm_up)}", flush=True)
     runs = [
-        through_mesh(stack, rate, args.seconds, seed, args.wait)
+        through_mesh(stack, rate, args.seconds, seed, wait=args.wait, devices=args.devices)
         for seed, rate in enumerate(args.rates, start=100)
     ]
     for run in runs:
