@@ -9,7 +9,9 @@ when the clock reaches its stamp). The latency splits at `received_time`, when t
 source read the reading: `queued` (the sender, the mesh, the broker, and the wait for the
 next micro-batch) and `in_spark` (the micro-batch, to the file). Then, as the ceiling,
 Spark in local mode runs the same per-batch processing over the same kind of readings from
-JSON files. Prints the figures and writes benchmarks/results/pipeline.json.
+JSON files. Prints the figures and writes benchmarks/results/pipeline.json (with other
+rates, seconds or devices: pipeline-r<rates>-s<seconds>-d<devices>.json, so that a
+scaling run does not overwrite the standard one).
 
     .venv/bin/python benchmarks/pipeline.py [--rates 100 400 700] [--seconds 30] [--wait 120]
         [--devices 20]
@@ -39,7 +41,8 @@ from enmesh.deploy.smoke import Stack  # noqa: E402
 from enmesh_spark.simulator import Reading, generate, send  # noqa: E402
 
 OUTPUT = Path("/var/lib/enmesh/telemetry/readings")
-RESULTS = ROOT / "benchmarks" / "results" / "pipeline.json"
+RESULTS = ROOT / "benchmarks" / "results"
+DEFAULT_RATES, DEFAULT_SECONDS, DEFAULT_DEVICES = [100.0, 400.0, 700.0], 30.0, 20
 # The first reading is stamped this far ahead: the sender connects (TLS, SASL) before it
 # is due. Stamped at the start, the first readings went out 0.3 s late, all of them
 # after: the sender paced from its connection, and the job was charged for the wait.
@@ -161,13 +164,23 @@ def from_files(stack: Stack, readings: list[Reading]) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _results_path(rates: list[float], seconds: float, devices: int) -> Path:
+    if (rates, seconds, devices) == (DEFAULT_RATES, DEFAULT_SECONDS, DEFAULT_DEVICES):
+        return RESULTS / "pipeline.json"
+    named = "_".join(f"{rate:g}" for rate in rates)
+    return RESULTS / f"pipeline-r{named}-s{seconds:g}-d{devices}.json"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", type=float, nargs="+", default=[100.0, 400.0, 700.0])
-    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--rates", type=float, nargs="+", default=DEFAULT_RATES)
+    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS)
     parser.add_argument("--wait", type=float, default=120.0, help="seconds to wait for output")
     parser.add_argument(
-        "--devices", type=int, default=20, help="devices sending (a batch's time follows them)"
+        "--devices",
+        type=int,
+        default=DEFAULT_DEVICES,
+        help="devices sending (a batch's time follows them)",
     )
     args = parser.parse_args()
     stack = _local_stack()
@@ -194,8 +207,9 @@ def main() -> int:
         "target": "keep up with the mesh's anycast rate with p99 < 3 s",
         "cpus": os.cpu_count(),
     }
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    path = _results_path(args.rates, args.seconds, args.devices)
+    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

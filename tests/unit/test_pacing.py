@@ -37,9 +37,13 @@ def _still_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(clients.time, "monotonic", lambda: NOW)
 
 
-def _sender(rate: float, began_ago: float) -> tuple[Sender, _Link]:
+def _new_sender(rate: float, start_at: float | None = None) -> Sender:
     endpoint = Endpoint("amqp://127.0.0.1:1", "q", None, None, None, None, None, 1.0)
-    sender = Sender(endpoint, [Message(body=i) for i in range(1000)], rate)
+    return Sender(endpoint, [Message(body=i) for i in range(1000)], rate, start_at)
+
+
+def _sender(rate: float, began_ago: float) -> tuple[Sender, _Link]:
+    sender = _new_sender(rate)
     sender.link, sender.began = _Link(), NOW - began_ago
     return sender, sender.link
 
@@ -82,9 +86,7 @@ class _AttachEvent:
 
 
 def _attached(rate: float, start_at: float) -> tuple[Sender, _Link]:
-    endpoint = Endpoint("amqp://127.0.0.1:1", "q", None, None, None, None, None, 1.0)
-    sender = Sender(endpoint, [Message(body=i) for i in range(1000)], rate, start_at)
-    link = _Link()
+    sender, link = _new_sender(rate, start_at), _Link()
     sender.attach(_AttachEvent(link))
     return sender, link
 
