@@ -1,7 +1,10 @@
 """Free TCP ports on 127.0.0.1.
 
 A port found free here can be taken by someone else before the caller binds it; callers
-that start servers should retry with new ports if binding fails.
+that start servers should retry with new ports if binding fails. Ports are drawn from
+below the kernel's ephemeral range: inside it, any outgoing connection (the tests open
+thousands) can take a port between the check and the server's bind, as one did in CI
+(a router's metrics port, 34756).
 """
 
 from __future__ import annotations
@@ -9,10 +12,23 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+from pathlib import Path
 
 HOST = "127.0.0.1"
-_LOW = 20000
-_HIGH = 60000
+_LOW = 10000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _below_ephemeral() -> int:
+    """The highest port the kernel does not hand out to outgoing connections (Linux's
+    default range starts at 32768)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0]) - 1
+    except (OSError, ValueError, IndexError):
+        return 32767
+
+
+_HIGH = _below_ephemeral()
 
 
 def _bindable(port: int) -> bool:
@@ -27,18 +43,14 @@ def _bindable(port: int) -> bool:
 
 
 def free_port() -> int:
-    """A port on 127.0.0.1 the kernel considers free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """A port on 127.0.0.1 that is free right now, below the ephemeral range."""
+    return free_port_block(1)
 
 
 def free_port_block(count: int, stride: int = 1, attempts: int = 500) -> int:
     """A base port such that `base + i * stride` is bindable on 127.0.0.1 for all `i < count`.
 
-    Bases are tried at random in 20000-60000 (away from the usual ephemeral range, which
-    starts at 32768 on Linux but is crowded by outgoing connections in the upper part).
+    Bases are tried at random from 10000 to just below the kernel's ephemeral range.
     """
     if count < 1 or stride < 1:
         raise ValueError("count and stride must be >= 1")
