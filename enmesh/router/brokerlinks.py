@@ -20,6 +20,7 @@ from enmesh.router.addressing import best_match
 from enmesh.router.forwarding import Held, InLink, OutLink, set_address
 
 if TYPE_CHECKING:
+    from enmesh.router.config import AutoLink
     from enmesh.router.engine import ProtonSocket
     from enmesh.router.router import ConnectionInfo, Router
 
@@ -53,14 +54,17 @@ class BrokerLinks:
     def __init__(self, router: Router) -> None:
         self.router = router
         self.brokers: dict[str, ProtonSocket] = {}
+        self.containers: dict[str, ProtonSocket] = {}  # by the broker's open container-id
 
     # --- autoLinks -------------------------------------------------------------------------
 
     def broker_up(self, conn: ProtonSocket, name: str) -> None:
         self.brokers[name] = conn
+        container = conn.connection.remote_container or ""
+        self.containers[container] = conn
         capacity = conn.context["info"].link_capacity
         for auto in self.router.config.auto_links:
-            if auto.connection != name:
+            if not _serves(auto, name, container):
                 continue
             session = self.router.session_of(conn)
             key = self.router.semantics(auto.address).key(auto.address, auto.phase)
@@ -84,6 +88,9 @@ class BrokerLinks:
     def broker_down(self, name: str, conn: ProtonSocket) -> None:
         if self.brokers.get(name) is conn:  # a newer connection may already serve it
             del self.brokers[name]
+        container = conn.connection.remote_container or ""
+        if self.containers.get(container) is conn:
+            del self.containers[container]
         log.info("broker connection %s down; reconnecting", name)
 
     # --- link routes -----------------------------------------------------------------------
@@ -96,10 +103,14 @@ class BrokerLinks:
         route = best_match(routes, internal)
         if route is None:
             return False
-        broker = self.brokers.get(route.connection)
+        if route.connection is not None:
+            broker = self.brokers.get(route.connection)
+        else:
+            broker = self.containers.get(route.container_id or "")
         if broker is None or broker.closed:
             link.open()
-            link.condition = Condition(NO_ROUTE, f"broker {route.connection!r} is not connected")
+            named = route.connection or route.container_id
+            link.condition = Condition(NO_ROUTE, f"broker {named!r} is not connected")
             link.close()
             return True
         external = internal
@@ -189,6 +200,13 @@ class BrokerLinks:
             )
             return
         _detach(partner, condition)
+
+
+def _serves(entry: AutoLink, name: str, container: str) -> bool:
+    """An autoLink (or linkRoute) names its broker's connection or its container-id."""
+    if entry.connection is not None:
+        return entry.connection == name
+    return entry.container_id == container
 
 
 def _detach(link: Link, condition: Any) -> None:

@@ -109,13 +109,58 @@ def _names(value: object) -> tuple[str, ...]:
     return tuple(item for item in (part.strip() for part in value.split(",")) if item)
 
 
-def _fields(what: str, data: object, schema: Mapping[str, Convert]) -> dict[str, Any]:
+# qdrouterd 1.19 keys enmesh-router recognises but does not implement: key -> (type,
+# qdrouterd's default as JSON or None, what a value would change). The default, which is
+# what enmesh-router does, is accepted; anything else is refused. `config_schema` lists
+# these with the implemented keys.
+_LIMIT = "would limit members' {}; not enforced"
+GROUP_NOT_IMPLEMENTED: dict[str, tuple[str, str | None, str]] = {
+    "maxConnectionsPerUser": ("integer", None, _LIMIT.format("connections per user")),
+    "maxConnectionsPerHost": ("integer", None, _LIMIT.format("connections per host")),
+    "maxMessageSize": ("integer", None, _LIMIT.format("message size")),
+    "maxFrameSize": ("integer", None, _LIMIT.format("frame size")),
+    "maxSessionWindow": ("integer", None, _LIMIT.format("session window")),
+    "maxSessions": ("integer", None, _LIMIT.format("sessions")),
+    "maxSenders": ("integer", "2147483647", _LIMIT.format("senders")),
+    "maxReceivers": ("integer", "2147483647", _LIMIT.format("receivers")),
+    "allowUserIdProxy": ("boolean", "false", "true would let members send as another user"),
+    "allowWaypointLinks": ("boolean", "true", "false would refuse waypoint links"),
+    "allowDynamicLinkRoutes": ("boolean", "true", "false would refuse dynamic link routes"),
+    "allowFallbackLinks": ("boolean", "true", "false would refuse fallback links"),
+    "sourcePattern": ("string", None, "would match sources by qdrouterd's address patterns"),
+    "targetPattern": ("string", None, "would match targets by qdrouterd's address patterns"),
+}
+VHOST_NOT_IMPLEMENTED: dict[str, tuple[str, str | None, str]] = {
+    "aliases": ("string", None, "would let clients name this vhost by other hostnames"),
+    "maxConnectionsPerUser": ("integer", "65535", _LIMIT.format("connections per user")),
+    "maxConnectionsPerHost": ("integer", "65535", _LIMIT.format("connections per host")),
+}
+
+
+def _not_implemented(
+    what: str, key: str, value: object, known: Mapping[str, tuple[str, str | None, str]]
+) -> None:
+    """Accept a recognised key at qdrouterd's default; refuse it otherwise."""
+    _, default, why = known[key]
+    if default is None or json.dumps(value) != default:
+        raise PolicyError(f"{what}: {key}: recognised but not supported: {why}")
+
+
+def _fields(
+    what: str,
+    data: object,
+    schema: Mapping[str, Convert],
+    recognised: Mapping[str, tuple[str, str | None, str]],
+) -> dict[str, Any]:
     """Convert a JSON object's keys with `schema` into dataclass keyword arguments."""
     if not isinstance(data, dict):
         raise PolicyError(f"{what}: expected a JSON object, got {_describe(data)}")
     fields = {}
     for key, value in data.items():
         convert = schema.get(key)
+        if convert is None and key in recognised:
+            _not_implemented(what, key, value, recognised)
+            continue
         if convert is None:
             expected = ", ".join(sorted(schema))
             raise PolicyError(f"{what}: unknown key {key!r}; expected one of: {expected}")
@@ -126,9 +171,18 @@ def _fields(what: str, data: object, schema: Mapping[str, Convert]) -> dict[str,
     return fields
 
 
+def _any_host(value: object) -> tuple[str, ...]:
+    hosts = _names(value)
+    if hosts != ("*",):
+        raise ValueError(
+            "recognised but not supported: only '*' (the router does not check clients' addresses)"
+        )
+    return hosts
+
+
 _GROUP_SCHEMA: dict[str, Convert] = {
     "users": _names,
-    "remoteHosts": _names,
+    "remoteHosts": _any_host,
     "sources": _names,
     "targets": _names,
     "allowAnonymousSender": _flag,
@@ -145,7 +199,7 @@ def parse_groups(data: object) -> Mapping[str, VhostGroup]:
     member_of: dict[str, str] = {}
     for name, spec in data.items():
         what = f"group {name!r}"
-        group = VhostGroup(name=name, **_fields(what, spec, _GROUP_SCHEMA))
+        group = VhostGroup(name=name, **_fields(what, spec, _GROUP_SCHEMA, GROUP_NOT_IMPLEMENTED))
         for user in group.users:
             if user in member_of:
                 raise PolicyError(f"{what}: user {user!r} is already in group {member_of[user]!r}")
@@ -167,7 +221,7 @@ def parse_vhost(data: object, what: str = "vhost") -> Vhost:
     hostname = data.get("hostname") if isinstance(data, dict) else None
     if isinstance(hostname, str) and hostname:
         what = f"vhost {hostname!r}"
-    fields = _fields(what, data, _VHOST_SCHEMA)
+    fields = _fields(what, data, _VHOST_SCHEMA, VHOST_NOT_IMPLEMENTED)
     if "hostname" not in fields:
         raise PolicyError(f"{what}: missing required key 'hostname'")
     return Vhost(**fields)

@@ -333,14 +333,18 @@ def error_of(tmp_path: Path, text: str) -> tuple[str, int, str]:
 CONF_ERRORS = {
     "unknown entity": (
         "routr { <--\n    id: r0\n}\n",
-        "unknown entity 'routr'; expected one of: router, sslProfile, listener, connector, "
-        "policy, vhost, address, linkRoute, autoLink",
+        "unknown entity 'routr'; expected one of: router, sslProfile, authServicePlugin, "
+        "listener, connector, log, address, linkRoute, autoLink, exchange, binding, console, "
+        "policy, vhost",
     ),
     "unknown attribute": (
         ROUTER + "listener {\n    name: amqp\n    prot: 5672 <--\n}\n",
-        "listener 'amqp': unknown attribute 'prot'; expected one of: authenticatePeer, host, "
-        "http, linkCapacity, metrics, multiTenant, name, port, requireSsl, role, "
-        "saslMechanisms, sslProfile, websockets",
+        "listener 'amqp': unknown attribute 'prot'; expected one of: authenticatePeer, cost, "
+        "failoverUrls, healthz, host, http, httpRootDir, idleTimeoutSeconds, "
+        "initialHandshakeTimeoutSeconds, linkCapacity, maxFrameSize, maxSessionFrames, "
+        "maxSessions, messageLoggingComponents, metrics, multiTenant, name, openProperties, "
+        "policyVhost, port, requireEncryption, requireSsl, role, saslMechanisms, saslPlugin, "
+        "socketAddressFamily, sslProfile, stripAnnotations, trustedCertsFile, websockets",
     ),
     "undefined sslProfile": (
         ROUTER + "listener {\n    name: amqps\n    port: 5671\n    sslProfile: nope <--\n}\n",
@@ -379,15 +383,16 @@ CONF_ERRORS = {
     ),
     "bad role": (
         ROUTER + "listener {\n    port: 1\n    role: edge <--\n}\n",
-        "listener: role: expected one of normal, inter-router, route-container, got 'edge'",
+        "listener: role: 'edge': recognised but not supported: edge routers",
     ),
     "bad mode": (
         "router {\n    id: r0\n    mode: edge <--\n}\n",
-        "router 'r0': mode: expected one of interior, standalone, got 'edge'",
+        "router 'r0': mode: 'edge': recognised but not supported: an edge router",
     ),
     "bad distribution": (
         ROUTER + "address {\n    prefix: a\n    distribution: random <--\n}\n",
-        "address 'a': distribution: expected one of balanced, closest, multicast, got 'random'",
+        "address 'a': distribution: expected one of balanced, closest, multicast, unavailable, "
+        "got 'random'",
     ),
     "missing router id": (
         "router { <--\n    mode: interior\n}\n",
@@ -397,9 +402,9 @@ CONF_ERRORS = {
         ROUTER + "listener { <--\n    name: amqp\n}\n",
         "listener 'amqp': missing required attribute 'port'",
     ),
-    "missing connector name": (
-        ROUTER + "connector { <--\n    port: 1\n}\n",
-        "connector: missing required attribute 'name'",
+    "missing connector port": (
+        ROUTER + "connector { <--\n    name: b\n}\n",
+        "connector 'b': missing required attribute 'port'",
     ),
     "missing linkRoute direction": (
         ROUTER + "linkRoute { <--\n    prefix: a\n    connection: b\n}\n",
