@@ -32,10 +32,11 @@ from proton import (
     Receiver,
     Sender,
     Session,
+    Transport,
 )
 
 from enmesh.router import security
-from enmesh.router.addressing import DEFAULT_SEMANTICS, AddressSemantics, best_match
+from enmesh.router.addressing import AddressSemantics, best_match
 from enmesh.router.brokerlinks import BrokerLinks
 from enmesh.router.config import Connector, Listener, RouterConfig, resolve_password
 from enmesh.router.engine import Acceptor, Loop, ProtonSocket, connect_nonblocking
@@ -54,8 +55,6 @@ from enmesh.router.policy import Vhost, VhostGroup
 
 log = logging.getLogger("enmesh.router")
 
-# qdrouterd's default: a peer silent for this long (no frames, no heartbeats) is gone.
-IDLE_TIMEOUT_SECONDS = 16.0
 CONTROL_ADDRESS = "_mesh/control"
 DYNAMIC_PREFIX = "_dynamic."
 WAYPOINT_PHASE_MARK = "@"  # routing keys of waypoint phases: `<address>@<phase>`
@@ -199,7 +198,7 @@ class Router:
         transport = security.server_transport(
             listener.sasl_mechanisms, listener.authenticate_peer, self.sasl, domain
         )
-        transport.idle_timeout = IDLE_TIMEOUT_SECONDS
+        _limit(transport, listener)
         info = ConnectionInfo(
             role=listener.role,
             name=listener.name or f"{listener.host}:{listener.port}",
@@ -229,7 +228,7 @@ class Router:
         transport = security.client_transport(
             connector.host, connector.sasl_mechanisms, self.sasl, domain
         )
-        transport.idle_timeout = IDLE_TIMEOUT_SECONDS
+        _limit(transport, connector)
         connection = Connection()
         password = resolve_password(connector.sasl_password) if connector.sasl_password else None
         security.set_credentials(connection, connector.sasl_username, password)
@@ -470,8 +469,8 @@ class Router:
 
     def semantics(self, internal: str) -> AddressSemantics:
         entry = best_match(self.config.addresses, internal)
-        if entry is None:
-            return DEFAULT_SEMANTICS
+        if entry is None:  # the router's defaultDistribution
+            return AddressSemantics(self.config.router.default_distribution, False)
         return AddressSemantics(entry.distribution, entry.waypoint)
 
     def _state(self, key: str, semantics: AddressSemantics) -> AddressState:
@@ -832,6 +831,13 @@ class Router:
             info: ConnectionInfo = conn.context["info"]
             self._flood(ra, exclude=info.neighbour)
             self._refresh_all()
+
+
+def _limit(transport: Transport, endpoint: Listener | Connector) -> None:
+    """The listener's or connector's idleTimeoutSeconds, maxFrameSize, maxSessions."""
+    transport.idle_timeout = float(endpoint.idle_timeout_seconds)  # 0: none
+    transport.max_frame_size = endpoint.max_frame_size
+    transport.channel_max = endpoint.max_sessions - 1
 
 
 def _connection(event: Event) -> Connection:
