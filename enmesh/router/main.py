@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"enmesh-router: {exc}", file=sys.stderr)
         return 1
 
+    for warning in config.warnings:  # settings accepted without effect, one line each
+        log.warning("%s", warning)
     raise_descriptor_limit()
     loop = Loop()
     router = Router(config, loop)
