@@ -38,7 +38,14 @@ class Timer:
     cancelled: bool = field(default=False, compare=False)
 
     def cancel(self) -> None:
+        # The heap keeps a cancelled timer until its deadline: drop what the callback
+        # holds (a closed connection's whole engine) now rather than then.
         self.cancelled = True
+        self.callback = _nothing
+
+
+def _nothing() -> None:
+    pass
 
 
 class Readable(Protocol):

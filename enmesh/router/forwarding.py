@@ -231,7 +231,12 @@ class InLink:
         data = bytes(buffered + chunk) if buffered is not None else bytes(chunk)
         self.link.advance()
         self.received += 1
-        held = Held(data, self, None if delivery.settled else delivery)
+        presettled = delivery.settled
+        if presettled:
+            # The sender has forgotten it, so must we: without a local settle proton
+            # keeps every presettled delivery for the link's lifetime (~1.3 KB each).
+            delivery.settle()
+        held = Held(data, self, None if presettled else delivery)
         if self.held or not self.route(held):
             self.held.append(held)
         self.refresh()

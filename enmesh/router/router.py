@@ -35,7 +35,7 @@ from proton import (
     Transport,
 )
 
-from enmesh.router import security
+from enmesh.router import endpoints, security
 from enmesh.router.addressing import AddressSemantics, best_match
 from enmesh.router.brokerlinks import BrokerLinks
 from enmesh.router.config import Connector, Listener, RouterConfig, resolve_password
@@ -367,14 +367,24 @@ class Router:
 
     def _on_link_remote_close(self, conn: ProtonSocket, event: Event) -> None:
         link = _link(event)
+        closed_here_first = bool(link.state & Endpoint.LOCAL_CLOSED)
         self.forget_link(link)
         self.link_routes.on_remote_close(link)
         if link.state & LOCAL_UNINIT:
             link.open()  # e.g. a link route still waiting for the broker: answer, then close
-        if not link.state & Endpoint.LOCAL_CLOSED:
-            link.close()
+        if closed_here_first:
+            endpoints.release(link)
+        elif not link.state & Endpoint.LOCAL_CLOSED:
+            link.close()  # released when its local-close event comes round
 
     _on_link_remote_detach = _on_link_remote_close
+
+    def _on_link_local_close(self, conn: ProtonSocket, event: Event) -> None:
+        link = _link(event)
+        if endpoints.closed_both_ways(link):  # the peer's detach came first
+            endpoints.release(link)
+
+    _on_link_local_detach = _on_link_local_close
 
     def _on_session_remote_close(self, conn: ProtonSocket, event: Event) -> None:
         if _session(event).state & Endpoint.LOCAL_ACTIVE:
@@ -398,11 +408,15 @@ class Router:
     def on_closed(self, conn: ProtonSocket) -> None:
         info: ConnectionInfo = conn.context["info"]
         self.connections.pop(info.identity, None)
+        links = []
         link = conn.connection.link_head(0)
         while link is not None:
+            links.append(link)
             self.forget_link(link)
             self.link_routes.on_connection_lost(link)
             link = link.next(0)
+        for link in links:
+            endpoints.forget_attributes(link)
         if info.counted_vhost is not None:
             self.vhost_connections[info.counted_vhost] -= 1
         if info.neighbour is not None and self.neighbours.get(info.neighbour) is conn:
