@@ -25,7 +25,8 @@ def forget_attributes(link: Link) -> None:
 
 
 def closed_both_ways(link: Link) -> bool:
-    return link.state & _CLOSED_BOTH_WAYS == _CLOSED_BOTH_WAYS
+    state: int = link.state
+    return state & _CLOSED_BOTH_WAYS == _CLOSED_BOTH_WAYS
 
 
 def release(link: Link) -> None:
