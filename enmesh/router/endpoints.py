@@ -13,7 +13,7 @@ from __future__ import annotations
 from proton import Endpoint, Link
 
 ATTRIBUTE_PREFIX = "enmesh_"  # every attribute the router sets on a link starts with it
-_CLOSED_BOTH_WAYS = Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED
+_CLOSED_BOTH_WAYS = int(Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED)
 
 
 def forget_attributes(link: Link) -> None:
@@ -25,7 +25,7 @@ def forget_attributes(link: Link) -> None:
 
 
 def closed_both_ways(link: Link) -> bool:
-    state: int = link.state
+    state = int(link.state)
     return state & _CLOSED_BOTH_WAYS == _CLOSED_BOTH_WAYS
 
 
