@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from enmesh.compile import auth, broker, deploy, router
+from enmesh.compile import admission, auth, broker, deploy, router
 from enmesh.compile.layout import Layout
 from enmesh.compile.stack import Stack, load_stack
 from enmesh.gcpause import paused_gc
@@ -66,6 +66,7 @@ def _compile(layout: Layout) -> Artefacts:
         files[f"brokers/{spec.name}.rabbitmq.conf"] = broker.rabbitmq_conf(layout, spec.name)
     files["auth/users.json"] = to_json(auth.users(layout))
     files["auth/sasl2/qdrouterd.conf"] = auth.sasl_config(layout)
+    files[admission.ADMISSION_FILE] = to_json(admission.admission(stack.spec.security))
     for tenant in layout.standard_tenants:
         files[f"auth/policies/{tenant.name}.json"] = to_json(auth.vhost_policy(tenant))
     files["deploy.json"] = to_json(deploy.deployment(layout))

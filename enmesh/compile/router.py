@@ -53,6 +53,7 @@ def _client_mechanisms(layout: Layout, tls: bool) -> tuple[list[str], bool]:
 
 def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
     capacity = layout.stack.spec.routers.linkCapacity
+    handshake = layout.stack.spec.security.handshake.timeoutSeconds  # qdrouterd 1.19 has it
     host = layout.stack.spec.routers.listenHost or router.host
     for name, port, tls in (("amqp", router.amqp_port, False), ("amqps", router.amqps_port, True)):
         mechanisms, authenticate = _client_mechanisms(layout, tls)
@@ -65,6 +66,7 @@ def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
             "saslMechanisms": mechanisms,
             "multiTenant": True,
             "linkCapacity": capacity,
+            "initialHandshakeTimeoutSeconds": handshake,
         }
         if tls:
             attributes |= {"sslProfile": CLIENT_TLS, "requireSsl": True}
@@ -80,6 +82,7 @@ def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
             "requireSsl": True,
             "authenticatePeer": True,
             "saslMechanisms": ["EXTERNAL"],
+            "initialHandshakeTimeoutSeconds": handshake,
         },
     )
     yield Entity(

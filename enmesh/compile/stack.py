@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from enmesh.compile.admission import SecurityPolicy
 from enmesh.model.problems import ModelInvalidError, Problem
 from enmesh.model.schema import validate_as
 from enmesh.model.source import load_documents
@@ -84,6 +85,7 @@ class StackSpec(_Strict):
     routers: Routers = Field(default_factory=Routers)
     brokers: list[Broker] = Field(min_length=1)
     paths: StackPaths = Field(default_factory=StackPaths)
+    security: SecurityPolicy = Field(default_factory=SecurityPolicy)  # throttling, limits
 
     @model_validator(mode="after")
     def _unique_broker_names(self) -> StackSpec:

@@ -27,6 +27,9 @@ log = logging.getLogger("enmesh.router.engine")
 
 READ_CHUNK = 64 * 1024
 CLOSE_GRACE_SECONDS = 5.0
+ACCEPT_PAUSE_SECONDS = 0.25  # at the descriptor limit: how long accepting stops
+ACCEPT_WARNING_INTERVAL_SECONDS = 30.0
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 Callback = Callable[[], None]
 
 
@@ -303,6 +306,10 @@ class ProtonSocket:
                 break
             try:
                 self.handler.on_event(self, event)
+            except UnicodeDecodeError:
+                # proton decodes the peer's strings lazily: invalid UTF-8 in a field we
+                # read is bad input, not a router fault. One line, no traceback.
+                self._bad_input(event, "invalid UTF-8 in a string field")
             except Exception:
                 log.exception("handler failed on %s from %s; closing it", event.type, self.peer)
                 self.abort("amqp:internal-error", "router error")
@@ -347,10 +354,26 @@ class ProtonSocket:
         self.connection.condition = Condition(condition, description)
         self.connection.close()
 
+    def bad_input(self, description: str, condition: str = "amqp:decode-error") -> None:
+        """Close for something the peer sent that we refuse: logged once per connection."""
+        if not self.context.get("bad_input"):
+            self.context["bad_input"] = True
+            log.info("connection %s: %s; closing it (%s)", self.peer, description, condition)
+            self.abort(condition, description)
+
+    def _bad_input(self, event: Event, description: str) -> None:
+        self.bad_input(f"{description} ({event.type})")
+
     def _fail(self, reason: str) -> None:
         if self.closed:
             return
         log.info("connection %s: %s", self.peer, reason)
+        self.drop()
+
+    def drop(self) -> None:
+        """Close the socket now, without a word to the peer (e.g. one that never spoke)."""
+        if self.closed:
+            return
         self.transport.close_tail()
         self.transport.close_head()
         self._finish()
@@ -385,6 +408,8 @@ class Acceptor:
         self.sock = socket.create_server((host, port), backlog=backlog, reuse_port=False)
         self.sock.setblocking(False)
         self.address = self.sock.getsockname()
+        self.pauses = 0  # times accepting stopped for want of descriptors or memory
+        self._next_warning = 0.0
         loop.register(self.sock, self, selectors.EVENT_READ)
 
     def on_readable(self) -> None:
@@ -394,9 +419,34 @@ class Acceptor:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                log.warning("accept on %s failed: %s", self.address, exc.strerror)
+                if exc.errno in _OUT_OF_RESOURCES:
+                    self._pause(exc)
+                else:
+                    log.warning("accept on %s failed: %s", self.address, exc.strerror)
                 return
             self.on_accept(conn, f"{address[0]}:{address[1]}")
+
+    def _pause(self, exc: OSError) -> None:
+        """Out of descriptors: the waiting connection stays readable, so stop watching the
+        socket for a moment instead of spinning on accept, and say so once an interval."""
+        self.pauses += 1
+        self.loop.unregister(self.sock)
+        self.loop.call_later(ACCEPT_PAUSE_SECONDS, self._resume)
+        if self.loop.now() >= self._next_warning:
+            self._next_warning = self.loop.now() + ACCEPT_WARNING_INTERVAL_SECONDS
+            log.warning(
+                "accept on %s failed: %s; pausing accepts for %.1f s at a time (logged at"
+                " most every %.0f s; %d pauses so far)",
+                self.address,
+                exc.strerror,
+                ACCEPT_PAUSE_SECONDS,
+                ACCEPT_WARNING_INTERVAL_SECONDS,
+                self.pauses,
+            )
+
+    def _resume(self) -> None:
+        if self.sock.fileno() >= 0:
+            self.loop.register(self.sock, self, selectors.EVENT_READ)
 
     def on_writable(self) -> None:  # pragma: no cover - never registered for write
         pass

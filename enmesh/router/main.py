@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from enmesh.router.admission import AdmissionSettings, load_admission
 from enmesh.router.config import RouterConfigError, load_router_config
 from enmesh.router.engine import Loop
 from enmesh.router.management import Management
@@ -50,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Run one enmesh router (AMQP 1.0) from a qdrouterd.conf-format file.",
     )
     parser.add_argument("--config", required=True, type=Path, help="router configuration file")
+    parser.add_argument(
+        "--admission",
+        type=Path,
+        help="login throttling and handshake limits (auth/admission.json from `enmesh render`;"
+        " built-in defaults without it)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     args = parser.parse_args(argv)
 
@@ -59,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("enmesh.router")
     try:
         config = load_router_config(args.config)
+        admission = load_admission(args.admission) if args.admission else AdmissionSettings()
     except RouterConfigError as exc:
         print(f"enmesh-router: {exc}", file=sys.stderr)
         return 1
@@ -67,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("%s", warning)
     raise_descriptor_limit()
     loop = Loop()
-    router = Router(config, loop)
+    router = Router(config, loop, admission)
     try:
         router.start()
         router.management = Management(router)

@@ -18,6 +18,24 @@ if TYPE_CHECKING:
     from enmesh.router.router import Router
 
 MAX_REQUEST = 8192
+_ADMISSION_COUNTERS = (
+    ("auth_failures", "enmesh_router_auth_failures_total", "Failed SASL logins."),
+    (
+        "auth_throttled",
+        "enmesh_router_auth_throttled_total",
+        "Connections refused because their source is in a login cool-down.",
+    ),
+    (
+        "handshake_timeouts",
+        "enmesh_router_handshake_timeouts_total",
+        "Connections closed for not sending their AMQP open in time.",
+    ),
+    (
+        "handshake_refused",
+        "enmesh_router_handshake_refused_total",
+        "Connections refused because too many handshakes were in progress.",
+    ),
+)
 
 
 def _label(value: object) -> str:
@@ -56,6 +74,38 @@ def exposition(router: Router) -> str:
         "gauge",
         "Open connections by role.",
         [(f'{{{rid},role="{role}"}}', count) for role, count in sorted(roles.items())],
+    )
+    admission = router.admission
+    for counter, name, help_text in _ADMISSION_COUNTERS:
+        metric(
+            name,
+            "counter",
+            help_text,
+            [
+                (f'{{{rid},listener="{_label(listener)}"}}', admission.counts[counter, listener])
+                for listener in admission.listeners
+            ],
+        )
+    metric(
+        "enmesh_router_handshakes_pending",
+        "gauge",
+        "Connections accepted that have not sent their AMQP open yet.",
+        [
+            (f'{{{rid},listener="{_label(listener)}"}}', admission.pending(listener))
+            for listener in admission.listeners
+        ],
+    )
+    metric(
+        "enmesh_router_login_blocked_sources",
+        "gauge",
+        "Source addresses refused by the login throttle right now.",
+        [(f"{{{rid}}}", admission.blocked_sources())],
+    )
+    metric(
+        "enmesh_router_accept_pauses_total",
+        "counter",
+        "Times accepting stopped for a moment at the descriptor (or memory) limit.",
+        [(f"{{{rid}}}", sum(acceptor.pauses for acceptor in router.acceptors))],
     )
     addresses = list(inventory.address_entities(router))
     for field, name, help_text in (

@@ -35,8 +35,9 @@ from proton import (
     Transport,
 )
 
-from enmesh.router import endpoints, security
+from enmesh.router import endpoints, peerinput, security
 from enmesh.router.addressing import AddressSemantics, best_match
+from enmesh.router.admission import Admission, AdmissionSettings
 from enmesh.router.brokerlinks import BrokerLinks
 from enmesh.router.config import Connector, Listener, RouterConfig, resolve_password
 from enmesh.router.engine import Acceptor, Loop, ProtonSocket, connect_nonblocking
@@ -98,9 +99,14 @@ class ConnectorState:
 class Router:
     """Routing state and proton event handling for one router process."""
 
-    def __init__(self, config: RouterConfig, loop: Loop) -> None:
+    def __init__(
+        self, config: RouterConfig, loop: Loop, admission: AdmissionSettings | None = None
+    ) -> None:
         self.config = config
         self.loop = loop
+        self.admission = Admission(
+            loop, admission or AdmissionSettings(), [_listener_name(x) for x in config.listeners]
+        )
         self.id = config.router.id
         self.mesh = Mesh(self.id, time.time_ns())
         self.addresses: dict[str, AddressState] = {}
@@ -185,6 +191,9 @@ class Router:
         )
 
     def _accept(self, listener: Listener, sock: socket.socket, peer: str) -> None:
+        if self.admission.refusal(_listener_name(listener), peer) is not None:
+            sock.close()  # before any TLS or SASL work: that is what a guesser costs us
+            return
         tls = self._tls(listener.ssl_profile)
         domain = (
             security.server_domain(
@@ -201,12 +210,15 @@ class Router:
         _limit(transport, listener)
         info = ConnectionInfo(
             role=listener.role,
-            name=listener.name or f"{listener.host}:{listener.port}",
+            name=_listener_name(listener),
             outgoing=False,
             multi_tenant=listener.multi_tenant,
             link_capacity=listener.link_capacity,
         )
-        self._adopt(ProtonSocket(self.loop, sock, transport, self, peer=peer), info)
+        conn = ProtonSocket(self.loop, sock, transport, self, peer=peer)
+        self._adopt(conn, info)
+        timeout = listener.initial_handshake_timeout_seconds
+        self.admission.start(conn, info.identity, info.name, timeout)
 
     def _adopt(self, conn: ProtonSocket, info: ConnectionInfo) -> None:
         info.identity = next(self._connection_ids)
@@ -271,6 +283,11 @@ class Router:
     def _on_connection_remote_open(self, conn: ProtonSocket, event: Event) -> None:
         info: ConnectionInfo = conn.context["info"]
         connection = _connection(event)
+        self.admission.opened(info.identity)
+        problem = peerinput.open_problem(connection)
+        if problem is not None:
+            conn.bad_input(problem)
+            return
         if info.role == NORMAL and not info.outgoing and not self._admit_client(conn, info):
             return
         if connection.state & LOCAL_UNINIT:
@@ -322,6 +339,10 @@ class Router:
         link = _link(event)
         info: ConnectionInfo = conn.context["info"]
         if _connection(event).state & Endpoint.LOCAL_CLOSED:
+            return
+        problem = peerinput.attach_problem(link)
+        if problem is not None:
+            conn.bad_input(problem)
             return
         if not link.state & LOCAL_UNINIT:
             self.link_routes.on_remote_open(link)  # our own attach, confirmed
@@ -394,6 +415,9 @@ class Router:
         if _connection(event).state & Endpoint.LOCAL_ACTIVE:
             _connection(event).close()
 
+    def _on_transport(self, conn: ProtonSocket, event: Event) -> None:
+        self.admission.check_login(conn, conn.context["info"].identity)
+
     def _on_transport_error(self, conn: ProtonSocket, event: Event) -> None:
         condition = conn.transport.condition
         info: ConnectionInfo = conn.context["info"]
@@ -407,6 +431,7 @@ class Router:
 
     def on_closed(self, conn: ProtonSocket) -> None:
         info: ConnectionInfo = conn.context["info"]
+        self.admission.closed(conn, info.identity)
         self.connections.pop(info.identity, None)
         links = []
         link = conn.connection.link_head(0)
@@ -876,6 +901,10 @@ def _delivery(event: Event) -> Delivery:
     delivery = event.delivery
     assert delivery is not None
     return delivery
+
+
+def _listener_name(listener: Listener) -> str:
+    return listener.name or f"{listener.host}:{listener.port}"
 
 
 def _text(path: object) -> str | None:

@@ -25,6 +25,11 @@ COMMANDS = {
     RouterEngine.SKUPPER: ["skrouterd", "-c"],
     RouterEngine.ENMESH: ["enmesh-router", "--config"],
 }
+# Login throttling and handshake limits: enmesh-router only (qdrouterd has no such entity).
+EXTRA_ARGS: dict[RouterEngine, list[str]] = {
+    RouterEngine.SKUPPER: [],
+    RouterEngine.ENMESH: ["--admission", f"{PATHS.config}/auth/admission.json"],
+}
 
 
 class RouterMesh(pulumi.ComponentResource):
@@ -177,7 +182,7 @@ class RouterMesh(pulumi.ComponentResource):
         router = core.ContainerArgs(
             name="router",
             image=config.router_image,
-            command=[*COMMANDS[config.routerEngine], conf],
+            command=[*COMMANDS[config.routerEngine], conf, *EXTRA_ARGS[config.routerEngine]],
             env=[w.pod_name_env()],
             ports=[
                 core.ContainerPortArgs(name=_port_name(key), container_port=port)

@@ -54,11 +54,14 @@ class RouterProcess:
     amqps_port: int
     metrics_port: int
     process: subprocess.Popen[bytes] | None = None
+    admission: Path | None = None  # the compiled auth/admission.json
+    wrapper: tuple[str, ...] = ()  # runs the router, e.g. `prlimit --nofile=N:N --`
 
     def start(self) -> None:
+        admission = ["--admission", str(self.admission)] if self.admission else []
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [str(ROUTER_BIN), "--config", str(self.config)],
+                [*self.wrapper, str(ROUTER_BIN), "--config", str(self.config), *admission],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -152,6 +155,7 @@ def _write_stack(
     models: list[Path],
     broker_port: int,
     link_capacity: int,
+    security: dict[str, object] | None = None,
 ) -> Path:
     ports = {name: free_port_block(routers) for name in ("amqp", "amqps", "interRouter", "metrics")}
     model_names = []
@@ -178,6 +182,7 @@ def _write_stack(
                 "state": str(directory / "state"),
                 "secrets": str(directory / "secrets"),
             },
+            **({"security": security} if security is not None else {}),
         },
     }
     path = directory / "test.stack.yml"
@@ -201,8 +206,12 @@ def build_mesh(
     models: list[Path] | None = None,
     broker_port: int | None = None,
     link_capacity: int = 250,
+    security: dict[str, object] | None = None,
 ) -> Mesh:
-    """Compile and provision a stack of `routers` routers; call `start()` to run it."""
+    """Compile and provision a stack of `routers` routers; call `start()` to run it.
+
+    `security` is the stack's `spec.security` (login throttling, handshake limits).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     broker_port = broker_port or free_port_block(1)  # nothing listens: brokers optional
     stack_file = _write_stack(
@@ -212,6 +221,7 @@ def build_mesh(
         models=models or [SAMPLE_MODEL],
         broker_port=broker_port,
         link_capacity=link_capacity,
+        security=security,
     )
     stack, model_files = load_stack(stack_file)
     model = load_model(model_files)
@@ -251,6 +261,7 @@ def build_mesh(
                 amqp_port=amqp,
                 amqps_port=amqps,
                 metrics_port=metrics,
+                admission=config_dir / "auth" / "admission.json",
             )
         )
     return Mesh(directory, processes, passwords, pki.ca_cert, topology, secrets_dir, {"pki": pki})
