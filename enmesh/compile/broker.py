@@ -12,6 +12,7 @@ from typing import Any
 
 from enmesh.compile.layout import ROUTER_BROKER_USER, STANDARD_BROKER_VHOST, Layout
 from enmesh.compile.stack import Broker as StackBroker
+from enmesh.compile.tls import rabbitmq_ssl_lines
 from enmesh.model import Address, AddressType, Operation, Tenant
 
 Definitions = dict[str, Any]
@@ -226,6 +227,7 @@ def rabbitmq_conf(layout: Layout, broker: str) -> str:
         f"ssl_options.keyfile = {layout.tls_file(component, 'key')}",
         "ssl_options.verify = verify_none",
         "ssl_options.fail_if_no_peer_cert = false",
+        *rabbitmq_ssl_lines(layout.stack.spec.tls),
         "loopback_users = none",
         "mqtt.listeners.tcp = none",
         f"mqtt.listeners.ssl.default = {listen}:{spec.mqttsPort}",

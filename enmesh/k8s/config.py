@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from enmesh.compile.stack import TlsVersion
+
 NAMESPACE = "enmesh"
 Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti)?$")]
 DnsLabel = Annotated[
@@ -82,6 +84,7 @@ class KubeStackConfig(BaseModel):
     clusterDomain: str = "cluster.local"  # noqa: N815
     kubeContext: str | None = None  # noqa: N815
     dnsNames: list[DnsName] = Field(default_factory=list)  # noqa: N815
+    tlsMinVersion: TlsVersion = TlsVersion.TLS_1_2  # noqa: N815  (the stack's `tls.minVersion`)
     routerEngine: RouterEngine = RouterEngine.SKUPPER  # noqa: N815
     routerImage: str | None = None  # noqa: N815
     toolsImage: str = DEFAULT_IMAGES[RouterEngine.ENMESH]  # noqa: N815

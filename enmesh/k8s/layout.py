@@ -24,6 +24,7 @@ from enmesh.compile.stack import (
     Routers,
     StackPaths,
     StackSpec,
+    TlsPolicy,
 )
 from enmesh.k8s.config import KubeStackConfig
 from enmesh.model import Model, SpaceType, load_model
@@ -140,6 +141,7 @@ def kube_layout(config: KubeStackConfig, stack_name: str, stacks_dir: Path) -> K
             )
         ],
         paths=PATHS,
+        tls=TlsPolicy(minVersion=config.tlsMinVersion),
     )
     stack = Stack(apiVersion="enmesh.io/v1", kind="Stack", metadata={"name": stack_name}, spec=spec)
     return KubeLayout(

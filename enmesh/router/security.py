@@ -7,9 +7,13 @@ sasldb built from the model's users. ANONYMOUS is offered only when a listener l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from proton import SASL, SSL, Connection, SSLDomain, Transport
+import cproton  # type: ignore[import-untyped]
+from proton import SASL, SSL, Connection, SSLDomain, SSLException, Transport
+
+from enmesh.router import tls_policy
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,8 @@ class TlsFiles:
     cert_file: str | None
     private_key_file: str | None
     password: str | None = None
+    protocols: str | None = None  # sslProfile `protocols`; None: tls_policy's defaults
+    ciphers: str | None = None
 
 
 @dataclass(frozen=True)
@@ -26,8 +32,28 @@ class SaslSettings:
     config_name: str
 
 
+def restrict(domain: SSLDomain, tls: TlsFiles) -> None:
+    """Offer only the profile's TLS versions and cipher suites (or the router's defaults)."""
+    # python-qpid-proton 0.40 binds these two in cproton but its SSLDomain has no method
+    # for them. proton keeps its own cipher list only while none was set, so the order
+    # relative to set_credentials does not matter.
+    native = domain._domain
+    protocols = tls.protocols or tls_policy.DEFAULT_PROTOCOLS
+    if cproton.pn_ssl_domain_set_protocols(native, protocols):
+        raise SSLException(f"TLS protocols {protocols!r} not accepted by proton")
+    ciphers = tls.ciphers or tls_policy.DEFAULT_CIPHERS
+    if cproton.pn_ssl_domain_set_ciphers(native, ciphers):
+        raise SSLException(f"TLS ciphers {ciphers!r} not accepted by OpenSSL")
+
+
+def first_bytes_screen(require_tls: bool) -> Callable[[bytes], str | None] | None:
+    """What a listener's connections check their first bytes with (see tls_policy)."""
+    return tls_policy.refuse_unless_tls if require_tls else None
+
+
 def server_domain(tls: TlsFiles, require_peer_certificate: bool, require_tls: bool) -> SSLDomain:
     domain = SSLDomain(SSLDomain.MODE_SERVER)
+    restrict(domain, tls)
     if tls.cert_file and tls.private_key_file:
         domain.set_credentials(tls.cert_file, tls.private_key_file, tls.password)
     if tls.ca_cert_file:
@@ -41,6 +67,7 @@ def server_domain(tls: TlsFiles, require_peer_certificate: bool, require_tls: bo
 
 def client_domain(tls: TlsFiles, verify_hostname: bool) -> SSLDomain:
     domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    restrict(domain, tls)
     if tls.cert_file and tls.private_key_file:
         domain.set_credentials(tls.cert_file, tls.private_key_file, tls.password)
     if tls.ca_cert_file:
