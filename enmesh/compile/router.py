@@ -13,6 +13,7 @@ from enmesh.compile.layout import (
     subscription_link_address,
 )
 from enmesh.compile.qdrouterd import Entity, render_entities, render_header
+from enmesh.compile.tls import router_ssl_attributes
 from enmesh.model import Address, AddressType, Tenant
 
 CLIENT_TLS = "client-tls"
@@ -22,6 +23,7 @@ SASL_CONFIG_NAME = "qdrouterd"
 
 
 def _ssl_profiles(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
+    policy = router_ssl_attributes(layout.stack.spec.tls)
     for profile, component in (
         (CLIENT_TLS, f"router-{router.index}-client"),
         (INTER_ROUTER_TLS, f"router-{router.index}-inter-router"),
@@ -33,9 +35,10 @@ def _ssl_profiles(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
                 "caCertFile": layout.ca_file,
                 "certFile": layout.tls_file(component, "crt"),
                 "privateKeyFile": layout.tls_file(component, "key"),
+                **policy,
             },
         )
-    yield Entity("sslProfile", {"name": BROKER_TLS, "caCertFile": layout.ca_file})
+    yield Entity("sslProfile", {"name": BROKER_TLS, "caCertFile": layout.ca_file, **policy})
 
 
 def _client_mechanisms(layout: Layout, tls: bool) -> tuple[list[str], bool]:

@@ -74,6 +74,35 @@ class Broker(_Strict):
     peerDiscovery: PeerDiscovery | None = None  # noqa: N815  (a RabbitMQ cluster on Kubernetes)
 
 
+class TlsVersion(StrEnum):
+    TLS_1_2 = "1.2"
+    TLS_1_3 = "1.3"
+
+
+# TLS 1.2 suites offered by default: forward secrecy and AEAD only, so no CBC-SHA1 (RSA
+# key exchange, Lucky13-style padding oracles). TLS 1.3 suites are all AEAD; every
+# component offers its defaults for those (see enmesh.compile.tls).
+DEFAULT_TLS12_CIPHERS = (
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+)
+CipherName = Annotated[str, StringConstraints(pattern=r"^[A-Z0-9][A-Z0-9-]*[A-Z0-9]$")]
+
+
+class TlsPolicy(_Strict):
+    """Every TLS endpoint of the stack: routers (client, inter-router, to brokers), brokers."""
+
+    minVersion: TlsVersion = TlsVersion.TLS_1_2  # noqa: N815
+    # OpenSSL names of the TLS 1.2 suites, in order of preference.
+    ciphers: list[CipherName] = Field(
+        default_factory=lambda: list(DEFAULT_TLS12_CIPHERS), min_length=1
+    )
+
+
 class StackPaths(_Strict):
     config: AbsolutePath = "/etc/enmesh"  # where the rendered files are installed
     state: AbsolutePath = "/var/lib/enmesh"  # TLS material, SASL database
@@ -86,6 +115,7 @@ class StackSpec(_Strict):
     brokers: list[Broker] = Field(min_length=1)
     paths: StackPaths = Field(default_factory=StackPaths)
     security: SecurityPolicy = Field(default_factory=SecurityPolicy)  # throttling, limits
+    tls: TlsPolicy = Field(default_factory=TlsPolicy)
 
     @model_validator(mode="after")
     def _unique_broker_names(self) -> StackSpec:

@@ -194,8 +194,11 @@ class ProtonSocket:
         peer: str,
         connecting: bool = False,
         connection: Connection | None = None,
+        screen: Callable[[bytes], str | None] | None = None,
     ) -> None:
         self.loop = loop
+        # Sees the first bytes before proton does; a reason it returns drops the socket.
+        self.screen = screen
         self.sock = sock
         self.transport = transport
         self.handler = handler
@@ -233,6 +236,11 @@ class ProtonSocket:
         except OSError as exc:
             self._fail(f"read failed: {exc.strerror}")
             return
+        if data and self.screen is not None:
+            refusal, self.screen = self.screen(data), None
+            if refusal:
+                self._fail(refusal)
+                return
         if data:
             self.bytes_in += len(data)
             self._push(data)

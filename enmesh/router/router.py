@@ -188,6 +188,8 @@ class Router:
             _text(profile.cert_file),
             _text(profile.private_key_file),
             resolve_password(profile.password) if profile.password else None,
+            protocols=profile.protocols,
+            ciphers=profile.ciphers,
         )
 
     def _accept(self, listener: Listener, sock: socket.socket, peer: str) -> None:
@@ -215,7 +217,8 @@ class Router:
             multi_tenant=listener.multi_tenant,
             link_capacity=listener.link_capacity,
         )
-        conn = ProtonSocket(self.loop, sock, transport, self, peer=peer)
+        screen = security.first_bytes_screen(listener.require_ssl)
+        conn = ProtonSocket(self.loop, sock, transport, self, peer=peer, screen=screen)
         self._adopt(conn, info)
         timeout = listener.initial_handshake_timeout_seconds
         self.admission.start(conn, info.identity, info.name, timeout)

@@ -155,6 +155,7 @@ def _write_stack(
     models: list[Path],
     broker_port: int,
     link_capacity: int,
+    tls: dict[str, object] | None = None,
     security: dict[str, object] | None = None,
 ) -> Path:
     ports = {name: free_port_block(routers) for name in ("amqp", "amqps", "interRouter", "metrics")}
@@ -182,6 +183,7 @@ def _write_stack(
                 "state": str(directory / "state"),
                 "secrets": str(directory / "secrets"),
             },
+            **({"tls": tls} if tls is not None else {}),
             **({"security": security} if security is not None else {}),
         },
     }
@@ -206,11 +208,13 @@ def build_mesh(
     models: list[Path] | None = None,
     broker_port: int | None = None,
     link_capacity: int = 250,
+    tls: dict[str, object] | None = None,
     security: dict[str, object] | None = None,
 ) -> Mesh:
     """Compile and provision a stack of `routers` routers; call `start()` to run it.
 
-    `security` is the stack's `spec.security` (login throttling, handshake limits).
+    `tls` is the stack's `spec.tls` (TLS policy), if not the default one; `security`
+    its `spec.security` (login throttling, handshake limits).
     """
     directory.mkdir(parents=True, exist_ok=True)
     broker_port = broker_port or free_port_block(1)  # nothing listens: brokers optional
@@ -221,6 +225,7 @@ def build_mesh(
         models=models or [SAMPLE_MODEL],
         broker_port=broker_port,
         link_capacity=link_capacity,
+        tls=tls,
         security=security,
     )
     stack, model_files = load_stack(stack_file)
