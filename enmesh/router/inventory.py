@@ -7,10 +7,13 @@ for Qpid Dispatch Router (qdmanage-style QUERY/READ) find what they expect.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from proton import SASL
+
 from enmesh import __version__
+from enmesh.router import inventory_config
 
 if TYPE_CHECKING:
     from enmesh.router.router import ConnectionInfo, Router
@@ -19,44 +22,81 @@ ROUTER = "org.apache.qpid.dispatch.router"
 CONNECTION = "org.apache.qpid.dispatch.connection"
 LINK = "org.apache.qpid.dispatch.router.link"
 ADDRESS = "org.apache.qpid.dispatch.router.address"
-TYPES = (ROUTER, CONNECTION, LINK, ADDRESS)
+NODE = "org.apache.qpid.dispatch.router.node"
 
 
 def router_entity(router: Router) -> dict[str, Any]:
     links = sum(1 for _ in links_of(router))
-    return {
+    return inventory_config.settings(router.config.router, "router") | {
         "identity": router.id,
         "name": router.id,
+        "type": ROUTER,
         "id": router.id,
-        "mode": "interior",
+        "area": "0",
         "version": __version__,
         "addrCount": len(router.addresses),
         "linkCount": links,
-        "connectionCount": len(router.connections),
+        "linkRouteCount": len(router.config.link_routes),
+        "autoLinkCount": len(router.config.auto_links),
+        "connectionCount": sum(1 for _ in connection_entities(router)),
         "nodeCount": len(router.mesh.reachable()) + 1,
         "uptimeSeconds": int(time.time() - router.started_at),
     }
 
 
 def connection_entities(router: Router) -> Iterator[dict[str, Any]]:
+    """Connections whose peer has sent its open, as qdrouterd lists them."""
+    now = time.monotonic()
     for identity, conn in sorted(router.connections.items()):
         info: ConnectionInfo = conn.context["info"]
+        if info.opened_at is None:
+            continue
         transport = conn.transport
+        tls = getattr(transport, "_ssl", None)  # proton sets it only when there is TLS
+        encrypted = bool(transport.encrypted)
         yield {
             "identity": str(identity),
             "name": f"connection/{conn.peer}",
+            "type": CONNECTION,
             "host": conn.peer,
             "role": str(info.role),
+            "protocol": "amqp",
             "dir": "out" if info.outgoing else "in",
-            "container": conn.connection.remote_container or "",
-            "user": info.user or None,
-            "tenant": info.vhost_name or None,
+            "container": conn.connection.remote_container or None,
+            "sasl": SASL(transport).mech or None,
             "isAuthenticated": bool(transport.authenticated),
-            "isEncrypted": bool(transport.encrypted),
-            "opened": not conn.closed,
+            "user": info.user or None,
+            "isEncrypted": encrypted,
+            "sslProto": tls.protocol_name() if tls is not None and encrypted else None,
+            "sslCipher": tls.cipher_name() if tls is not None and encrypted else None,
+            "properties": connection_properties(conn.connection.remote_properties),
+            "sslSsf": None if encrypted else 0,  # proton's Python API does not give it
+            "tenant": info.vhost_name or None,
+            "ssl": tls is not None and encrypted,
+            "opened": True,
+            "active": True,
+            "adminStatus": "enabled",
+            "operStatus": "closing" if conn.closed else "up",
+            "uptimeSeconds": int(now - info.opened_at),
+            "lastDlvSeconds": None,
+            "enableProtocolTrace": False,
             "bytesIn": conn.bytes_in,
             "bytesOut": conn.bytes_out,
         }
+
+
+def connection_properties(remote: Mapping[Any, Any] | None) -> dict[str, Any]:
+    """The peer's open properties as qdrouterd reports them: symbol or string keys, string
+    (symbol or unicode) and integer values; values of other types are left out."""
+    shown: dict[str, Any] = {}
+    for key, value in (remote or {}).items():
+        if not isinstance(key, str):
+            continue
+        if isinstance(value, str):  # a proton symbol is a str
+            shown[str(key)] = str(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            shown[str(key)] = int(value)
+    return shown
 
 
 def links_of(router: Router) -> Iterator[tuple[int, Any, Any]]:
@@ -80,11 +120,16 @@ def link_entities(router: Router) -> Iterator[dict[str, Any]]:
         entity: dict[str, Any] = {
             "identity": str(number),
             "name": link.name,
+            "type": LINK,
             "linkName": link.name,
             "linkType": "inter-router" if info.role == "inter-router" else "endpoint",
             "linkDir": "out" if link.is_sender else "in",
             "connectionId": str(connection_id),
             "owningAddr": tracked.key if tracked is not None else None,
+            "adminStatus": "enabled",
+            "operStatus": "up",
+            "capacity": info.link_capacity,
+            "creditAvailable": link.credit,
             "credit": link.credit,
         }
         if out is not None:
@@ -108,7 +153,9 @@ def address_entities(router: Router) -> Iterator[dict[str, Any]]:
         yield {
             "identity": key,
             "name": key,
-            "distribution": state.distribution,
+            "type": ADDRESS,
+            "key": key,
+            "distribution": str(state.distribution),  # an enum proton cannot encode
             "subscriberCount": len(state.consumers),
             "remoteCount": len(router.mesh.routers_with(key)),
             "containerCount": 0,
@@ -140,7 +187,30 @@ def entities(router: Router, entity_type: str, tenant: str | None = None) -> lis
     if entity_type == ADDRESS:
         prefix = f"{tenant}/" if tenant is not None else ""
         return [a for a in address_entities(router) if a["name"].startswith(prefix)]
-    raise KeyError(entity_type)
+    if tenant is not None:  # the mesh's nodes and the router's configuration
+        return []
+    if entity_type == NODE:
+        return list(node_entities(router))
+    return inventory_config.entities(router, entity_type)
+
+
+def node_entities(router: Router) -> Iterator[dict[str, Any]]:
+    """The other routers this one can reach, as qdrouterd's router.node."""
+    routes = router.mesh.routes
+    for index, node in enumerate(router.mesh.reachable(), start=1):
+        hop = routes.next_hop[node]
+        yield {
+            "identity": f"router.node/{node}",
+            "name": f"router.node/{node}",
+            "type": NODE,
+            "id": node,
+            "index": index,
+            "cost": routes.cost.get(node),
+            "nextHop": None if hop == node else hop,
+            "linkState": sorted(router.mesh.advertisements[node].neighbours)
+            if node in router.mesh.advertisements
+            else [],
+        }
 
 
 def _tenant_connections(router: Router, tenant: str | None) -> set[str] | None:

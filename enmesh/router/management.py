@@ -1,8 +1,9 @@
-"""AMQP management on `$management`: QUERY and READ of router, connection, link, address.
+"""AMQP management on `$management`: the request and reply links.
 
 Requests follow the AMQP Management draft as Qpid Dispatch implements it: the operation
 and entity type in application properties, the reply sent to `reply_to` with the
-request's message id as correlation id and `statusCode` / `statusDescription`.
+request's correlation id and `statusCode` / `statusDescription`. What each operation
+answers is `management_ops`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Delivery, Link, Message
 
-from enmesh.router import inventory
+from enmesh.router import management_ops
 from enmesh.router.forwarding import Held, set_address
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("enmesh.router.management")
 CREDIT = 100
+HOLD = CREDIT  # replies held for one reply receiver that has not granted credit yet
 
 
 class Management:
@@ -57,52 +59,37 @@ class Management:
         if link.credit < CREDIT // 2:
             link.flow(CREDIT - link.credit)
         info: ConnectionInfo = conn.context["info"]
+        if not request.reply_to:  # as qdrouterd: nobody to answer
+            return
         tenant = info.vhost_name if info.multi_tenant and info.vhost_name else None
         status, description, body = self.handle(request, tenant)
-        if request.reply_to:
-            reply = Message(
-                body=body,
-                correlation_id=request.id if request.id is not None else request.correlation_id,
-                address=request.reply_to,
-                properties={"statusCode": status, "statusDescription": description},
-            )
-            self._send(info.internal(request.reply_to), reply)
+        # qdrouterd answers with the request's correlation-id; the AMQP management draft
+        # with its message-id when it has no correlation-id.
+        correlation = request.correlation_id if request.correlation_id is not None else request.id
+        reply = Message(
+            body=body,
+            correlation_id=correlation,
+            address=request.reply_to,
+            properties={"statusCode": status, "statusDescription": description},
+        )
+        self._send(info.internal(request.reply_to), reply)
 
     def handle(self, request: Message, tenant: str | None = None) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
-        operation = properties.get("operation")
-        entity_type = properties.get("type") or properties.get("entityType")
-        if operation not in ("QUERY", "READ"):
-            return 501, f"operation {operation!r} is not implemented (QUERY, READ are)", None
-        if entity_type not in inventory.TYPES:
-            return 404, f"unknown entity type {entity_type!r}", None
-        found = inventory.entities(self.router, entity_type, tenant)
-        if operation == "READ":
-            wanted = properties.get("identity") or properties.get("name")
-            for entity in found:
-                if wanted in (None, entity.get("identity"), entity.get("name")):
-                    return 200, "OK", entity
-            return 404, f"no {entity_type} with identity or name {wanted!r}", None
-        body = request.body if isinstance(request.body, dict) else {}
-        names = list(body.get("attributeNames") or [])
-        if not names:
-            names = sorted({key for entity in found for key in entity})
-        return (
-            200,
-            "OK",
-            {
-                "attributeNames": names,
-                "results": [[entity.get(name) for name in names] for entity in found],
-            },
-        )
+        return management_ops.answer(self.router, properties, request.body, tenant)
 
     def _send(self, internal_address: str, reply: Message) -> None:
+        """Hand the reply to a consumer of its address. One without credit yet holds it
+        until it grants some: a client may attach its reply receiver before it flows."""
         state = self.router.addresses.get(internal_address)
         consumers = state.consumers if state is not None else []
         ready = [out for out in consumers if out.free > 0]
-        if not ready:  # a reply nobody can take now is dropped, not queued without bound
+        holding = [out for out in consumers if len(out.waiting) < HOLD]
+        chosen = ready[0] if ready else min(holding, key=lambda out: len(out.waiting), default=None)
+        if chosen is None:  # no consumer, or each holds HOLD replies already: memory is bounded
             log.info(
-                "management reply to %s has no consumer with credit; dropped", internal_address
+                "management reply to %s has no consumer that can take it; dropped",
+                internal_address,
             )
             return
-        ready[0].offer(Held(reply.encode(), None, None))
+        chosen.offer(Held(reply.encode(), None, None))

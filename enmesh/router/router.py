@@ -84,6 +84,7 @@ class ConnectionInfo:
     neighbour: str | None = None
     counted_vhost: str | None = None  # the vhost whose connection count includes this one
     identity: int = 0
+    opened_at: float | None = None  # time.monotonic() of the peer's open (management)
 
     def internal(self, address: str) -> str:
         return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address
@@ -286,6 +287,7 @@ class Router:
     def _on_connection_remote_open(self, conn: ProtonSocket, event: Event) -> None:
         info: ConnectionInfo = conn.context["info"]
         connection = _connection(event)
+        info.opened_at = time.monotonic()
         self.admission.opened(info.identity)
         problem = peerinput.open_problem(connection)
         if problem is not None:

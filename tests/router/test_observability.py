@@ -55,7 +55,7 @@ def test_query_addresses_and_links_with_counters(full_mesh: Mesh) -> None:
         assert any(r["linkDir"] == "in" and r["owningAddr"] is None for r in rows)  # ours
         assert all("deliveryCount" in r for r in rows)
         unknown = request(client, "QUERY", "org.example.nothing")
-        assert unknown.properties["statusCode"] == 404
+        assert unknown.properties["statusCode"] == 400  # qdrouterd: "No such entity type"
 
 
 def test_management_needs_the_manage_right(full_mesh: Mesh) -> None:
