@@ -33,16 +33,17 @@ def _link_addresses(tenant: Tenant, patterns: list[str]) -> list[str]:
 def _group(tenant: Tenant, user: MessagingUser) -> dict[str, Any]:
     manage = user.spec.may(Operation.MANAGE)
     extra = [MANAGEMENT_ADDRESS] if manage else []
+    sends = user.spec.patterns_for(Operation.SEND)
     return {
         "users": sasl_identity(tenant, user),
         "remoteHosts": "*",
         "sources": ", ".join(
             _link_addresses(tenant, user.spec.patterns_for(Operation.RECV)) + extra
         ),
-        "targets": ", ".join(
-            _link_addresses(tenant, user.spec.patterns_for(Operation.SEND)) + extra
-        ),
-        "allowAnonymousSender": False,
+        "targets": ", ".join(_link_addresses(tenant, sends) + extra),
+        # Anonymous-relay senders (Qpid JMS's default): the router checks each message's
+        # `to` against `targets`, so the link itself grants nothing more.
+        "allowAnonymousSender": bool(sends),
         "allowDynamicSource": True,  # request/reply: temporary reply-to addresses
         "allowAdminStatusUpdate": manage,
     }
@@ -56,7 +57,7 @@ def vhost_policy(tenant: Tenant) -> list[Any]:
             "remoteHosts": "*",
             "sources": "*",
             "targets": "*",
-            "allowAnonymousSender": False,
+            "allowAnonymousSender": True,
             "allowDynamicSource": True,
         }
     return [

@@ -32,6 +32,7 @@ class Held:
     data: bytes
     origin: InLink | None  # None for copies made by multicast
     delivery: Delivery | None  # the inbound delivery to settle; None if presettled
+    key: str | None = None  # anonymous relay: the routing key its `to` resolved to
 
     @property
     def presettled(self) -> bool:

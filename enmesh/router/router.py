@@ -53,6 +53,8 @@ from enmesh.router.forwarding import (
 )
 from enmesh.router.mesh import Mesh, RouterAdvertisement
 from enmesh.router.policy import Vhost, VhostGroup
+from enmesh.router.relay import CAPABILITY as RELAY_CAPABILITY
+from enmesh.router.relay import Relay
 
 log = logging.getLogger("enmesh.router")
 
@@ -61,8 +63,10 @@ DYNAMIC_PREFIX = "_dynamic."
 WAYPOINT_PHASE_MARK = "@"  # routing keys of waypoint phases: `<address>@<phase>`
 TRANSIT_PREFIX = "_mesh/"
 CONTROL_CREDIT = 1000
+OFFERED_CAPABILITIES = [RELAY_CAPABILITY]  # as qdrouterd's open frame
 MANAGEMENT_ADDRESS = "$management"
 UNAUTHORIZED = "amqp:unauthorized-access"
+UNAVAILABLE = "unavailable"  # an address distribution: attaches refused, as qdrouterd does
 NORMAL, INTER_ROUTER, ROUTE_CONTAINER = "normal", "inter-router", "route-container"
 LOCAL_UNINIT = Endpoint.LOCAL_UNINIT
 _UNSET = object()
@@ -121,6 +125,7 @@ class Router:
         self.vhosts: dict[str, Vhost] = {v.hostname: v for v in config.vhosts}
         self.vhost_connections: Counter[str] = Counter()
         self.link_routes = BrokerLinks(self)
+        self.relay = Relay(self)
         sasl_path = config.router.sasl_config_path
         self.sasl = security.SaslSettings(
             str(sasl_path) if sasl_path else None, config.router.sasl_config_name
@@ -229,6 +234,7 @@ class Router:
         conn.context["info"] = info
         self.connections[info.identity] = conn
         conn.connection.container = self.id
+        conn.connection.offered_capabilities = OFFERED_CAPABILITIES
         conn.process()
 
     def _connect(self, state: ConnectorState) -> None:
@@ -470,7 +476,7 @@ class Router:
             if receiving:
                 _refuse(link, "amqp:invalid-field", "a receiver needs a source address")
             else:
-                _refuse(link, "amqp:not-implemented", "anonymous senders are not supported")
+                self.relay.attach(conn, info, link)
             return
         group = info.group
         if group is not None and not (
@@ -489,6 +495,9 @@ class Router:
             return
         internal = info.internal(address)
         if self.link_routes.try_route(conn, info, link, internal, "in" if receiving else "out"):
+            return
+        if self.semantics(internal).distribution == UNAVAILABLE:
+            _refuse(link, "amqp:not-found", "Node not found")  # qdrouterd's words
             return
         add = self._add_consumer if receiving else self._add_producer
         add(info, link, internal, address)
@@ -510,6 +519,9 @@ class Router:
         address = f"{DYNAMIC_PREFIX}{self.id}.{info.identity}.{secrets.token_hex(8)}"
         link.source.address = address
         self._add_consumer(info, link, info.internal(address), address)
+
+    def listener_named(self, name: str) -> Listener | None:
+        return next((x for x in self.config.listeners if _listener_name(x) == name), None)
 
     def semantics(self, internal: str) -> AddressSemantics:
         entry = best_match(self.config.addresses, internal)
@@ -596,7 +608,10 @@ class Router:
     # --- routing ---------------------------------------------------------------------------
 
     def routable(self, inbound: InLink) -> bool:
-        key, destination = inbound.key, inbound.destination_router
+        return self.reachable(inbound.key, inbound.destination_router)
+
+    def reachable(self, key: str, destination: str | None = None) -> bool:
+        """Has `key` a consumer here or elsewhere (or at `destination`, if given)?"""
         if destination is not None and destination != self.id:
             ra = self.mesh.advertisements.get(destination)
             return (
@@ -613,7 +628,10 @@ class Router:
         inbound = held.origin
         if inbound is None:
             return True
-        key, destination = inbound.key, inbound.destination_router
+        return self.route_to(held, inbound.key, inbound.destination_router)
+
+    def route_to(self, held: Held, key: str, destination: str | None) -> bool:
+        """Forward `held` for `key` (toward `destination` if given), or return False."""
         if destination is not None and destination != self.id:
             transit = self.transit_link(key, destination)
             if transit is None or transit.free <= 0:
@@ -625,7 +643,7 @@ class Router:
         remote_routers = [] if destination == self.id else self.mesh.routers_with(key)
         distribution = state.distribution if state is not None else "balanced"
         if distribution == "multicast":
-            return self._multicast(held, local, [r for _, r in remote_routers])
+            return self._multicast(held, key, local, [r for _, r in remote_routers])
         if distribution == "closest" and local:
             chosen = choose_balanced(local)
         elif distribution == "closest":
@@ -645,10 +663,10 @@ class Router:
         chosen.offer(held)
         return True
 
-    def _multicast(self, held: Held, local: list[OutLink], remote: list[str]) -> bool:
+    def _multicast(self, held: Held, key: str, local: list[OutLink], remote: list[str]) -> bool:
         targets = list(local)
         for router in remote:
-            link = self.transit_link(held.origin.key if held.origin else "", router)
+            link = self.transit_link(key, router)
             if link is not None:
                 targets.append(link)
         if not targets:
@@ -707,6 +725,7 @@ class Router:
         if state is not None:
             for inbound in list(state.producers):
                 self._update_source(inbound)
+        self.relay.retry()
 
     def _retry_held(self, key: str) -> None:
         state = self.addresses.get(key)
@@ -715,6 +734,7 @@ class Router:
                 if inbound.held:
                     inbound.retry()
                     self._forget_if_drained(inbound)
+        self.relay.retry()
 
     def _forget_if_drained(self, inbound: InLink) -> None:
         """A producer link that is gone stays a source until its presettled messages left."""
@@ -748,6 +768,7 @@ class Router:
         for state in list(self.addresses.values()):
             for inbound in list(state.producers):
                 self._update_source(inbound)
+        self.relay.retry()
 
     def _update_source(self, inbound: InLink) -> None:
         """Re-evaluate one source after a change: credit, and what it holds."""
