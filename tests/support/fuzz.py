@@ -9,7 +9,7 @@ or gives up after `linger` seconds. Streams, chosen at random:
   address);
 - the same with one field of the attach replaced by a value of another type or out of
   range (a huge handle, a negative-looking role, a list where a string belongs);
-- a valid session followed by random performatives.
+- a valid session followed by random performatives (see KINDS: an open problem).
 Used by `benchmarks/router_fuzz.py` (minutes) and the router tests (seconds).
 """
 
@@ -21,6 +21,7 @@ import re
 import selectors
 import socket
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,21 +118,30 @@ def _random_performatives(rng: random.Random) -> bytes:
     return data
 
 
-def generate(rng: random.Random) -> bytes:
-    kind = rng.randrange(5)
-    if kind == 0:
-        return rng.randbytes(rng.randint(1, 2048))
-    if kind == 1:
-        return _mutate(rng, probes.anonymous_session(link=b"link"))
-    if kind == 2:
-        return _bad_string_session(rng)
-    if kind == 3:
-        return _odd_field_session(rng)
-    return _random_performatives(rng)
+KINDS: dict[str, Callable[[random.Random], bytes]] = {
+    "random": lambda rng: rng.randbytes(rng.randint(1, 2048)),
+    "mutated": lambda rng: _mutate(rng, probes.anonymous_session(link=b"link")),
+    "bad-utf8": _bad_string_session,
+    "odd-field": _odd_field_session,
+    # Known open problem: after a few thousand of these the router dies in native code
+    # (SIGSEGV/SIGABRT "double free"), with or without admission control.
+    "performatives": _random_performatives,
+}
+SAFE_KINDS = ("random", "mutated", "bad-utf8", "odd-field")
+
+
+def generate(rng: random.Random, kinds: Sequence[str] = tuple(KINDS)) -> bytes:
+    return KINDS[rng.choice(kinds)](rng)
 
 
 def run_fuzz(
-    port: int, seconds: float, seed: int, concurrency: int = 16, linger: float = 1.0
+    port: int,
+    seconds: float,
+    seed: int,
+    *,
+    kinds: Sequence[str] = tuple(KINDS),
+    concurrency: int = 16,
+    linger: float = 1.0,
 ) -> FuzzStats:
     """Fuzz the listener on `port` for `seconds`, `concurrency` connections at a time."""
     rng = random.Random(seed)
@@ -147,7 +157,7 @@ def run_fuzz(
 
     while time.monotonic() < end or open_until:
         while time.monotonic() < end and len(open_until) < concurrency:
-            data = generate(rng)
+            data = generate(rng, kinds)
             sock = socket.create_connection(("127.0.0.1", port), timeout=5)
             with contextlib.suppress(OSError):  # the router may close before reading it all
                 sock.sendall(data)

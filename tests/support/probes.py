@@ -77,8 +77,9 @@ class _Outcome:
             self.result = condition.name if condition is not None else "transport error"
 
     def on_closed(self, source: ProtonSocket) -> None:
-        if self.result is None:
-            self.result = "closed"
+        if self.result is None:  # a SASL outcome shows as the transport's condition
+            condition = source.transport.condition
+            self.result = condition.name if condition is not None else "closed"
 
 
 def login_from(
