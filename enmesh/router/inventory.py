@@ -25,23 +25,69 @@ ADDRESS = "org.apache.qpid.dispatch.router.address"
 NODE = "org.apache.qpid.dispatch.router.node"
 
 
+# Counters qdrouterd keeps and enmesh-router does not: reported as 0 so that tools doing
+# arithmetic on them (qdstat) work; the counted ones overwrite these.
+def _zeros(names: str) -> dict[str, int]:
+    return dict.fromkeys(names.split(), 0)
+
+
+LINK_NOT_COUNTED = _zeros(
+    "unsettledCount presettledCount droppedPresettledCount acceptedCount rejectedCount "
+    "releasedCount modifiedCount deliveriesDelayed1Sec deliveriesDelayed10Sec "
+    "deliveriesStuck zeroCreditSeconds settleRate undeliveredCount"
+)
+ADDRESS_NOT_COUNTED = _zeros(
+    "inProcess deliveriesTransit deliveriesToContainer deliveriesFromContainer "
+    "deliveriesIngressRouteContainer deliveriesEgressRouteContainer "
+    "deliveriesRedirectedToFallback trackedDeliveries"
+)
+ROUTER_NOT_COUNTED = _zeros(
+    "presettledDeliveries deliveriesDelayed1Sec deliveriesDelayed10Sec deliveriesStuck "
+    "deliveriesTransit deliveriesIngressRouteContainer deliveriesEgressRouteContainer "
+    "deliveriesRedirectedToFallback linksBlocked blockedLinkCount"
+)
+_ROUTER_TOTALS = {  # OutLink counter -> the router's total
+    "delivered": "deliveriesEgress",
+    "accepted": "acceptedDeliveries",
+    "rejected": "rejectedDeliveries",
+    "released": "releasedDeliveries",
+    "modified": "modifiedDeliveries",
+    "dropped": "droppedPresettledDeliveries",
+}
+
+
 def router_entity(router: Router) -> dict[str, Any]:
-    links = sum(1 for _ in links_of(router))
-    return inventory_config.settings(router.config.router, "router") | {
-        "identity": router.id,
-        "name": router.id,
-        "type": ROUTER,
-        "id": router.id,
-        "area": "0",
-        "version": __version__,
-        "addrCount": len(router.addresses),
-        "linkCount": links,
-        "linkRouteCount": len(router.config.link_routes),
-        "autoLinkCount": len(router.config.auto_links),
-        "connectionCount": sum(1 for _ in connection_entities(router)),
-        "nodeCount": len(router.mesh.reachable()) + 1,
-        "uptimeSeconds": int(time.time() - router.started_at),
-    }
+    links = 0
+    totals = dict.fromkeys(_ROUTER_TOTALS.values(), 0) | {"deliveriesIngress": 0}
+    for _, link, _tracked in links_of(router):
+        links += 1
+        out, inbound = getattr(link, "enmesh_out", None), getattr(link, "enmesh_in", None)
+        if out is not None:
+            for field, total in _ROUTER_TOTALS.items():
+                totals[total] += getattr(out, field)
+        elif inbound is not None:
+            totals["deliveriesIngress"] += inbound.received
+    return (
+        inventory_config.settings(router.config.router, "router")
+        | ROUTER_NOT_COUNTED
+        | totals
+        | {
+            "workerThreads": 1,
+            "identity": router.id,
+            "name": router.id,
+            "type": ROUTER,
+            "id": router.id,
+            "area": "0",
+            "version": __version__,
+            "addrCount": len(router.addresses),
+            "linkCount": links,
+            "linkRouteCount": len(router.config.link_routes),
+            "autoLinkCount": len(router.config.auto_links),
+            "connectionCount": sum(1 for _ in connection_entities(router)),
+            "nodeCount": len(router.mesh.reachable()) + 1,
+            "uptimeSeconds": int(time.time() - router.started_at),
+        }
+    )
 
 
 def connection_entities(router: Router) -> Iterator[dict[str, Any]]:
@@ -131,6 +177,9 @@ def link_entities(router: Router) -> Iterator[dict[str, Any]]:
             "capacity": info.link_capacity,
             "creditAvailable": link.credit,
             "credit": link.credit,
+            "peer": None,
+            "priority": 0,
+            **LINK_NOT_COUNTED,
         }
         if out is not None:
             entity |= {
@@ -163,6 +212,10 @@ def address_entities(router: Router) -> Iterator[dict[str, Any]]:
             "deliveriesEgress": sum(c.delivered for c in state.consumers),
             "droppedPresettledDeliveries": sum(c.dropped for c in state.consumers),
             "undeliveredCount": sum(len(c.waiting) for c in state.consumers),
+            "remoteHostRouters": [router for _, router in router.mesh.routers_with(key)],
+            "priority": -1,  # qdrouterd's "none set"
+            "transitOutstanding": None,
+            **ADDRESS_NOT_COUNTED,
         }
 
 
