@@ -16,6 +16,7 @@ from pathlib import Path
 from enmesh.router.admission import AdmissionSettings, load_admission
 from enmesh.router.config import RouterConfigError, load_router_config
 from enmesh.router.engine import Loop
+from enmesh.router.log_level import configured_level
 from enmesh.router.management import Management
 from enmesh.router.metrics import MetricsServer
 from enmesh.router.router import Router
@@ -57,12 +58,16 @@ def main(argv: list[str] | None = None) -> int:
         help="login throttling and handshake limits (auth/admission.json from `enmesh render`;"
         " built-in defaults without it)",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning"],
+        help="overrides the config's log DEFAULT enable (default: that, else info)",
+    )
     args = parser.parse_args(argv)
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
-    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    logging.basicConfig(level=(args.log_level or "info").upper(), handlers=[handler])
     log = logging.getLogger("enmesh.router")
     try:
         config = load_router_config(args.config)
@@ -71,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"enmesh-router: {exc}", file=sys.stderr)
         return 1
 
+    configured = configured_level(config)
+    if args.log_level is None and configured is not None:
+        logging.getLogger().setLevel(configured)
     for warning in config.warnings:  # settings accepted without effect, one line each
         log.warning("%s", warning)
     raise_descriptor_limit()
