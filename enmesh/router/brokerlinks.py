@@ -20,12 +20,14 @@ from enmesh.router.addressing import best_match
 from enmesh.router.forwarding import Held, InLink, OutLink, set_address
 
 if TYPE_CHECKING:
-    from enmesh.router.config import AutoLink
+    from enmesh.router.config import AutoLink, LinkRoute
     from enmesh.router.engine import ProtonSocket
     from enmesh.router.router import ConnectionInfo, Router
 
 log = logging.getLogger("enmesh.router.brokers")
 NO_ROUTE = "qd:no-route-to-dest"
+# Inter-router links of a link route: `_mesh/route/<router with the broker>/<address>`.
+ROUTE_PREFIX = "_mesh/route/"
 BROKER_DETACH_GRACE_SECONDS = 1.0
 
 
@@ -83,6 +85,7 @@ class BrokerLinks:
                 inbound = InLink(receiver, key, capacity, self.router.route)
                 inbound.modified_as_released = True
                 self.router.add_source(inbound)
+        self.router.advertise_soon()  # its link routes, to the rest of the mesh
         log.info("broker connection %s up", name)
 
     def broker_down(self, name: str, conn: ProtonSocket) -> None:
@@ -91,6 +94,7 @@ class BrokerLinks:
         container = conn.connection.remote_container or ""
         if self.containers.get(container) is conn:
             del self.containers[container]
+        self.router.advertise_soon()
         log.info("broker connection %s down; reconnecting", name)
 
     # --- link routes -----------------------------------------------------------------------
@@ -99,46 +103,98 @@ class BrokerLinks:
         self, conn: ProtonSocket, info: ConnectionInfo, link: Link, internal: str, direction: str
     ) -> bool:
         """Pair a client link with a broker link if a link route matches; True if handled."""
-        routes = [r for r in self.router.config.link_routes if r.direction == direction]
-        route = best_match(routes, internal)
+        route = self._route_for(internal, direction)
         if route is None:
             return False
+        broker = self._broker_for(route)
+        if broker is not None:
+            self._pair(conn, info, link, broker, _external(route, internal))
+            return True
+        # The broker is attached to another router: pass the attach toward the nearest.
+        remote = self.router.mesh.routers_with_link_route(route_id(route))
+        destination = remote[0][1] if remote else None
+        if destination is None or not self._toward(conn, info, link, destination, internal):
+            named = route.connection or route.container_id
+            _detach(link, Condition(NO_ROUTE, f"broker {named!r} is not connected"))
+        return True
+
+    def from_mesh(self, conn: ProtonSocket, info: ConnectionInfo, link: Link) -> bool:
+        """An attach another router passes on for a link route; False if it is not one."""
+        address = (link.remote_source if link.is_sender else link.remote_target).address or ""
+        if not address.startswith(ROUTE_PREFIX):
+            return False
+        destination, _, internal = address[len(ROUTE_PREFIX) :].partition("/")
+        route = self._route_for(internal, "in" if link.is_sender else "out")
+        broker = self._broker_for(route) if route is not None else None
+        if destination != self.router.id:
+            if not self._toward(conn, info, link, destination, internal):
+                _detach(link, Condition(NO_ROUTE, f"no path to router {destination!r}"))
+        elif route is None or broker is None:
+            _detach(link, Condition(NO_ROUTE, f"no broker here for {internal!r}"))
+        else:
+            self._pair(conn, info, link, broker, _external(route, internal))
+        return True
+
+    def available(self) -> list[str]:
+        """Link routes whose broker is connected here: what this router advertises."""
+        routes = self.router.config.link_routes
+        return sorted({route_id(r) for r in routes if self._broker_for(r) is not None})
+
+    def _route_for(self, internal: str, direction: str) -> LinkRoute | None:
+        routes = [r for r in self.router.config.link_routes if r.direction == direction]
+        return best_match(routes, internal)
+
+    def _broker_for(self, route: LinkRoute) -> ProtonSocket | None:
         if route.connection is not None:
             broker = self.brokers.get(route.connection)
         else:
             broker = self.containers.get(route.container_id or "")
-        if broker is None or broker.closed:
-            link.open()
-            named = route.connection or route.container_id
-            link.condition = Condition(NO_ROUTE, f"broker {named!r} is not connected")
-            link.close()
-            return True
-        external = internal
-        if route.del_external_prefix and internal.startswith(route.del_external_prefix):
-            external = internal[len(route.del_external_prefix) :]
-        external = (route.add_external_prefix or "") + external
-        session = self.router.session_of(broker)
+        return broker if broker is not None and not broker.closed else None
+
+    def _toward(
+        self,
+        conn: ProtonSocket,
+        info: ConnectionInfo,
+        link: Link,
+        destination: str,
+        internal: str,
+    ) -> bool:
+        """Pair `link` with one to the next router on the path to `destination`."""
+        hop = self.router.mesh.routes.next_hop.get(destination)
+        neighbour = self.router.neighbours.get(hop) if hop else None
+        if neighbour is None or neighbour.closed:
+            return False
+        self._pair(conn, info, link, neighbour, f"{ROUTE_PREFIX}{destination}/{internal}")
+        return True
+
+    def _pair(
+        self, conn: ProtonSocket, info: ConnectionInfo, link: Link, to: ProtonSocket, address: str
+    ) -> None:
+        """Attach the other half of a routed link on `to` (a broker or the next router).
+
+        The client's link is answered when that attach is (on_remote_open).
+        """
+        session = self.router.session_of(to)
         name = f"route/{info.identity}/{link.name}"
         peer: Link
-        if direction == "in":  # the client receives from the broker
+        if link.is_sender:  # the client receives from the broker
             peer = session.receiver(name)
-            peer.source.address = external
+            peer.source.address = address
             peer.source.durability = link.remote_source.durability
             peer.source.expiry_policy = link.remote_source.expiry_policy
             set_address(peer.target, link.remote_target.address)
-            # Ask the broker for unsettled deliveries: the client's outcome settles them.
+            # Ask for unsettled deliveries: the client's outcome settles them.
             peer.snd_settle_mode = Link.SND_UNSETTLED
         else:
             peer = session.sender(name)
-            peer.target.address = external
+            peer.target.address = address
             set_address(peer.source, link.remote_source.address)
         peer.enmesh_client = link
         peer.enmesh_client_socket = conn
         link.enmesh_peer = peer
-        link.enmesh_peer_socket = broker
+        link.enmesh_peer_socket = to
         link.enmesh_capacity = info.link_capacity
         peer.open()
-        return True
 
     def on_remote_open(self, link: Link) -> None:
         """The broker accepted our half of a link route: answer the client's attach."""
@@ -190,7 +246,11 @@ class BrokerLinks:
             inbound.grant(0, may_reduce=True)
             inbound.release_held()
         self.router.forget_link(partner)
-        if inbound is not None and getattr(link, "enmesh_peer", None) is partner:
+        if (
+            inbound is not None
+            and getattr(link, "enmesh_peer", None) is partner
+            and _to_broker(link)
+        ):
             # A broker link the client left: detach after a grace. RabbitMQ keeps a message
             # it had in flight to a link that detaches unacknowledged, held from every
             # consumer, until the session (the router's, long-lived) ends; arriving before
@@ -217,3 +277,22 @@ def _detach(link: Link, condition: Any) -> None:
     if condition is not None:
         link.condition = condition
     link.close()
+
+
+def route_id(route: LinkRoute) -> str:
+    """How routers name a link route to each other: `<direction> <prefix or pattern>`."""
+    return f"{route.direction} {route.prefix if route.prefix is not None else route.pattern}"
+
+
+def _external(route: LinkRoute, internal: str) -> str:
+    """The broker's address for `internal`: the route's external prefixes applied."""
+    external = internal
+    if route.del_external_prefix and internal.startswith(route.del_external_prefix):
+        external = internal[len(route.del_external_prefix) :]
+    return (route.add_external_prefix or "") + external
+
+
+def _to_broker(client: Link) -> bool:
+    """Is the other half of this routed link on a broker connection (not the next router)?"""
+    peer: ProtonSocket | None = getattr(client, "enmesh_peer_socket", None)
+    return peer is not None and peer.context["info"].role == "route-container"

@@ -22,6 +22,9 @@ class RouterAdvertisement:
     sequence: int
     neighbours: frozenset[str]
     addresses: frozenset[str]  # routing keys with a destination on this router
+    # Link routes whose broker is connected here (`<direction> <prefix or pattern>`):
+    # other routers pass attaches for them here, hop by hop, as qdrouterd does.
+    link_routes: frozenset[str] = frozenset()
 
     def newer_than(self, other: RouterAdvertisement | None) -> bool:
         return other is None or (self.instance, self.sequence) > (other.instance, other.sequence)
@@ -33,6 +36,7 @@ class RouterAdvertisement:
             "sequence": self.sequence,
             "neighbours": sorted(self.neighbours),
             "addresses": sorted(self.addresses),
+            "linkRoutes": sorted(self.link_routes),
         }
 
     @classmethod
@@ -47,6 +51,8 @@ class RouterAdvertisement:
                 sequence=int(body["sequence"]),
                 neighbours=frozenset(str(n) for n in body["neighbours"]),
                 addresses=frozenset(str(a) for a in body["addresses"]),
+                # Absent from a router of an older release: it offers none.
+                link_routes=frozenset(str(r) for r in body.get("linkRoutes", ())),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed router advertisement: {exc}") from exc
@@ -69,6 +75,7 @@ class Mesh:
         self._sequence = 0
         self.neighbours: set[str] = set()  # routers with a live inter-router connection
         self.local_addresses: frozenset[str] = frozenset()
+        self.local_link_routes: frozenset[str] = frozenset()
         self.advertisements: dict[str, RouterAdvertisement] = {}
         self.routes = Routes()
         # routers_with runs for every routed message; its answer changes only on recompute.
@@ -83,20 +90,30 @@ class Mesh:
             self._sequence,
             frozenset(self.neighbours),
             self.local_addresses,
+            self.local_link_routes,
         )
         self.advertisements[self.router_id] = ra
         return ra
 
     def update_local(
-        self, neighbours: Iterable[str] | None = None, addresses: Iterable[str] | None = None
+        self,
+        neighbours: Iterable[str] | None = None,
+        addresses: Iterable[str] | None = None,
+        link_routes: Iterable[str] | None = None,
     ) -> RouterAdvertisement | None:
         """Change what this router advertises; returns the new RA if anything changed."""
         new_neighbours = set(neighbours) if neighbours is not None else self.neighbours
         new_addresses = frozenset(addresses) if addresses is not None else self.local_addresses
-        if new_neighbours == self.neighbours and new_addresses == self.local_addresses:
+        new_routes = frozenset(link_routes) if link_routes is not None else self.local_link_routes
+        if (new_neighbours, new_addresses, new_routes) == (
+            self.neighbours,
+            self.local_addresses,
+            self.local_link_routes,
+        ):
             return None
         self.neighbours = new_neighbours
         self.local_addresses = new_addresses
+        self.local_link_routes = new_routes
         self.own = self._advertise()
         self.recompute()
         return self.own
@@ -151,3 +168,11 @@ class Mesh:
                 if key in self.advertisements[router].addresses
             )
         return found
+
+    def routers_with_link_route(self, route: str) -> list[tuple[int, str]]:
+        """Reachable remote routers whose broker serves link route `route`, nearest first."""
+        return sorted(
+            (self.routes.cost[router], router)
+            for router in self.routes.next_hop
+            if route in self.advertisements[router].link_routes
+        )

@@ -361,7 +361,7 @@ class Router:
         if info.role == NORMAL:
             self._client_link(conn, info, link)
         elif info.role == INTER_ROUTER:
-            self._mesh_link(info, link)
+            self._mesh_link(conn, info, link)
         else:
             _refuse(link, "amqp:not-allowed", "brokers may not attach links to the router")
 
@@ -795,7 +795,9 @@ class Router:
 
     # --- mesh ------------------------------------------------------------------------------
 
-    def _mesh_link(self, info: ConnectionInfo, link: Link) -> None:
+    def _mesh_link(self, conn: ProtonSocket, info: ConnectionInfo, link: Link) -> None:
+        if self.link_routes.from_mesh(conn, info, link):
+            return  # a link-routed attach on its way to (or from) a broker
         if not isinstance(link, Receiver):
             _refuse(link, "amqp:not-allowed", "routers only send to each other")
             return
@@ -842,6 +844,10 @@ class Router:
             self._flood(ra, exclude=None)
         self._refresh_all()
 
+    def advertise_soon(self) -> None:
+        """What this router offers changed (e.g. a broker's link routes): tell the mesh."""
+        self._schedule_advertise()
+
     def _schedule_advertise(self) -> None:
         if not self._advertise_scheduled:
             self._advertise_scheduled = True
@@ -850,7 +856,7 @@ class Router:
     def _advertise(self) -> None:
         self._advertise_scheduled = False
         keys = [key for key, state in self.addresses.items() if state.consumers]
-        ra = self.mesh.update_local(addresses=keys)
+        ra = self.mesh.update_local(addresses=keys, link_routes=self.link_routes.available())
         if ra is not None:
             self._flood(ra, exclude=None)
             self._refresh_all()

@@ -16,11 +16,32 @@ def broker_attached(metrics: str) -> bool:
     return bool(re.search(r'address="iot/events@0"\} 1$', metrics, re.M))
 
 
+BROKER_CONNECTOR = re.compile(
+    r"\nconnector \{\n(?:    [^\n]*\n)*?    role: route-container\n(?:    [^\n]*\n)*?\}\n"
+)
+
+
+def drop_broker_connector(config: Path) -> None:
+    """Take the broker connector out of a compiled router config: that router then
+    reaches the broker only through the other routers of the mesh. Its autoLinks and
+    linkRoutes name the broker by container-id instead (a connection name must exist)."""
+    text, found = BROKER_CONNECTOR.subn("\n", config.read_text())
+    assert found == 1, f"expected one broker connector in {config}"
+    config.write_text(re.sub(r"\n    connection: (\S+)\n", r"\n    containerId: \1\n", text))
+
+
 @contextmanager
-def brokered_mesh(directory: Path, routers: int = 2) -> Iterator[Mesh]:
-    """Start both, yield the mesh (`mesh.extra["broker"]` is the broker), stop both."""
+def brokered_mesh(
+    directory: Path, routers: int = 2, brokerless: tuple[int, ...] = ()
+) -> Iterator[Mesh]:
+    """Start both, yield the mesh (`mesh.extra["broker"]` is the broker), stop both.
+
+    Routers listed in `brokerless` have no connection to the broker.
+    """
     ports = allocate_ports()
     mesh = build_mesh(directory / "mesh", routers=routers, broker_port=ports.tls)
+    for index in brokerless:
+        drop_broker_connector(mesh.routers[index].config)
     broker = RabbitMQBroker(
         directory=directory / "rabbitmq",
         definitions=directory / "mesh" / "config" / "brokers" / "broker-0.definitions.json",
@@ -34,7 +55,8 @@ def brokered_mesh(directory: Path, routers: int = 2) -> Iterator[Mesh]:
         mesh.start()
         mesh.wait_converged()
         for router in mesh.routers:
-            wait_until(lambda r=router: broker_attached(r.metrics()), 30, "autoLinks to attach")
+            if router.index not in brokerless:
+                wait_until(lambda r=router: broker_attached(r.metrics()), 30, "autoLinks to attach")
         yield mesh
     finally:
         mesh.stop()
