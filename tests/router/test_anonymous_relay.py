@@ -74,6 +74,9 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     built = build_mesh(directory / "mesh", routers=3, models=[model])
     for router in built.routers:
         router.config.write_text(router.config.read_text() + UNAVAILABLE)
+    # Replies go to the router's temporary addresses: the operator lets `app` send there.
+    policy = built.directory / "config" / "auth" / "policies" / "relay.json"
+    policy.write_text(policy.read_text().replace('"targets": "', '"targets": "_dynamic.*, '))
     try:
         built.start()
         built.wait_converged()
@@ -274,3 +277,54 @@ def test_unavailable_address_refuses_senders_and_receivers(mesh: Mesh) -> None:
         ("receiver", "amqp:not-found", "Node not found"),
         ("sender", "amqp:not-found", "Node not found"),
     ]
+
+
+class RequestReply(Scenario):
+    """A requester on router 2 with a dynamic reply address; a responder on router 0
+    answers through an anonymous sender, addressed by the request's reply-to."""
+
+    def __init__(self, mesh: Mesh) -> None:
+        super().__init__()
+        self.mesh = mesh
+        self.replies: list[Any] = []
+        self.outcome: str | None = None
+        self.reply_to: str | None = None
+
+    def on_start(self, event: Any) -> None:
+        requester = self.open(app(self.mesh, 2))
+        event.container.create_receiver(requester, None, dynamic=True, name="replies")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "replies":
+            self.reply_to = event.link.remote_source.address
+            responder = self.open(app(self.mesh, 0))
+            event.container.create_sender(responder, None, name="relay")
+            # Readiness: a named sender gets credit once router 0 can reach the address.
+            event.container.create_sender(responder, self.reply_to, name="probe")
+
+    def on_sendable(self, event: Any) -> None:
+        if event.sender.name == "probe" and self.outcome is None:
+            self.outcome = "sent"
+            relay = event.sender.session.connection.link_head(0)
+            while relay is not None and relay.name != "relay":
+                relay = relay.next(0)
+            relay.send(Message(address=self.reply_to, body="pong"))
+
+    def on_message(self, event: Any) -> None:
+        self.replies.append(event.message.body)
+        self._check()
+
+    def on_accepted(self, event: Any) -> None:
+        self.outcome = "accepted"
+        self._check()
+
+    def _check(self) -> None:
+        if self.replies and self.outcome == "accepted":
+            self.done()
+
+
+def test_reply_to_a_dynamic_address_on_another_router(mesh: Mesh) -> None:
+    scenario = run(RequestReply(mesh), timeout=30)
+    assert scenario.reply_to is not None and scenario.reply_to.startswith("_dynamic.")
+    assert scenario.replies == ["pong"]
+    assert scenario.outcome == "accepted"
