@@ -5,6 +5,7 @@ Each test runs its own router (the settings differ) built from a compiled stack.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -174,10 +175,11 @@ def test_short_fuzz_leaves_no_traceback_and_no_growth(make_router) -> None:  # t
     assert end_kb <= start_kb * 1.10, f"RSS {start_kb} -> {end_kb} kB"
 
 
-@pytest.mark.xfail(reason="open: random performatives after open crash the router in native code")
-def test_random_performatives_do_not_kill_the_router(make_router) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.xfail(reason="open: mutated frames after open crash proton's C code (SIGSEGV)")
+def test_mutated_frames_do_not_kill_the_router(make_router) -> None:  # type: ignore[no-untyped-def]
     mesh = make_router({"loginThrottle": {"maxFailures": 10**9}}, model=probes.ANONYMOUS_MODEL)
     router = mesh.routers[0]
     assert router.process is not None
-    fuzz.run_fuzz(router.amqp_port, 20, seed=5, kinds=("performatives",), concurrency=32)
+    with contextlib.suppress(ConnectionRefusedError):  # what a dead router answers
+        fuzz.run_fuzz(router.amqp_port, 20, seed=5, kinds=("mutated", "performatives"))
     assert router.process.poll() is None, f"router exited with {router.process.returncode}"
