@@ -196,7 +196,6 @@ SSL_PROFILE = EntityType(
 )
 
 _FAMILY = "would choose IPv4 or IPv6 for `host`; enmesh-router uses what `host` resolves to"
-_STRIP_LATER = "annotation handling is not implemented yet; only the default is accepted"
 
 
 def _endpoint(role_default: str) -> tuple[Attribute, ...]:
@@ -259,9 +258,10 @@ def _endpoint(role_default: str) -> tuple[Attribute, ...]:
             "stripAnnotations",
             "enum (in|out|both|no)",
             IMPL,
-            _STRIP_LATER,
+            "the router's x-opt-qd annotations: in: ignored coming in; out: removed going "
+            "out; both; no: kept both ways (inter-router connections never strip)",
             default="both",
-            convert=v.choice(StripAnnotations, dict.fromkeys(("in", "out", "no"), _STRIP_LATER)),
+            convert=v.choice(StripAnnotations),
         ),
         _a("linkCapacity", "integer", IMPL, "credit per link", convert=v.integer(1)),
         _a(

@@ -19,7 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from proton import Delivery, Disposition, Receiver, Sender, Terminus
+from proton import Condition, Delivery, Disposition, Receiver, Sender, Terminus
+
+from enmesh.router import annotations as qd_annotations
+from enmesh.router.annotations import AnnotationError, Annotations
+from enmesh.router.sections import MalformedMessageError
 
 RELEASED = Disposition.RELEASED
 ACCEPTED = Disposition.ACCEPTED
@@ -33,6 +37,7 @@ class Held:
     origin: InLink | None  # None for copies made by multicast
     delivery: Delivery | None  # the inbound delivery to settle; None if presettled
     key: str | None = None  # anonymous relay: the routing key its `to` resolved to
+    ann: Annotations | None = None  # where its annotations are; None: not looked at
 
     @property
     def presettled(self) -> bool:
@@ -97,6 +102,9 @@ class OutLink:
         self.dropped = 0
         self.closed = False
         self.hop: str | None = None  # transit links: the neighbour they leave through
+        # This router's encoded id to add to ingress/trace (next routers, clients that keep
+        # annotations); None: the router's annotations are stripped (see annotations.py).
+        self.trace_as: bytes | None = None
         self.retiring = False  # transit links no longer used, closed once settled
         link.enmesh_out = self
 
@@ -123,7 +131,7 @@ class OutLink:
                 continue  # its producer or broker is gone and will redeliver it: no duplicate
             tag = str(next(self._tags))
             delivery = link.delivery(tag)
-            link.send(held.data)
+            link.send(qd_annotations.outgoing(held.data, held.ann, self.trace_as))
             link.advance()
             self.delivered += 1
             sent += 1
@@ -202,6 +210,9 @@ class InLink:
         self.room: Callable[[], int] | None = None
         # RabbitMQ 3.10 ends the session on a `modified` outcome; brokers get `released`.
         self.modified_as_released = False
+        # Router annotations coming in: True: ignored (stripAnnotations in/both); False:
+        # kept and checked; None: not looked at (link routes, brokers).
+        self.strip_in: bool | None = None
         link.enmesh_in = self
 
     def on_delivery(self, delivery: Delivery) -> None:
@@ -237,7 +248,15 @@ class InLink:
             # The sender has forgotten it, so must we: without a local settle proton
             # keeps every presettled delivery for the link's lifetime (~1.3 KB each).
             delivery.settle()
-        held = Held(data, self, None if presettled else delivery)
+        found = None
+        if self.strip_in is not None:
+            try:
+                found = qd_annotations.inbound(data, strip=self.strip_in)
+            except (AnnotationError, MalformedMessageError) as exc:
+                _refuse_message(delivery, presettled, exc)
+                self.refresh()
+                return
+        held = Held(data, self, None if presettled else delivery, ann=found)
         if self.held or not self.route(held):
             self.held.append(held)
         self.refresh()
@@ -302,6 +321,17 @@ class InLink:
     def drained(self) -> bool:
         """Closed, with nothing left to deliver: it can be forgotten."""
         return self.closed and not self.held
+
+
+def _refuse_message(delivery: Delivery, presettled: bool, problem: Exception) -> None:
+    """Reject a message qdrouterd would refuse for its annotations (dropped if presettled)."""
+    if presettled:
+        return
+    known = isinstance(problem, AnnotationError)
+    condition = "amqp:invalid-field" if known else "amqp:decode-error"
+    delivery.local.condition = Condition(condition, str(problem))
+    delivery.update(Disposition.REJECTED)
+    delivery.settle()
 
 
 @dataclass

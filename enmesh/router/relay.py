@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, cast
 
 from proton import Condition, Disposition, Link, Receiver
 
-from enmesh.router.config_model import StripAnnotations
+from enmesh.router.annotations import strips_in
 from enmesh.router.forwarding import RELEASED, Held, InLink, set_address
 from enmesh.router.sections import MalformedMessageError, message_address
 
@@ -67,16 +67,14 @@ class Relay:
         set_address(link.source, link.remote_source.address)
         link.open()
         inbound = AnonymousInLink(cast(Receiver, link), info.link_capacity, self, info)
+        inbound.strip_in = strips_in(info.strip)
         self.links.append(inbound)
         inbound.refresh()
 
-    def honours_annotation(self, info: ConnectionInfo) -> bool:
-        """Does the listener keep incoming x-opt-qd annotations (qdrouterd: `no`, `out`)?"""
-        listener = self.router.listener_named(info.name)
-        return listener is not None and listener.strip_annotations in (
-            StripAnnotations.NO,
-            StripAnnotations.OUT,
-        )
+    @staticmethod
+    def honours_annotation(info: ConnectionInfo) -> bool:
+        """Does the connection keep incoming x-opt-qd annotations (qdrouterd: `no`, `out`)?"""
+        return not strips_in(info.strip)
 
     def route(self, inbound: AnonymousInLink, held: Held) -> bool:
         """Forward one message by its own address; False to hold it until credit comes."""

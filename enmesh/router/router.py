@@ -38,8 +38,10 @@ from proton import (
 from enmesh.router import endpoints, peerinput, security
 from enmesh.router.addressing import AddressSemantics, best_match
 from enmesh.router.admission import Admission, AdmissionSettings
+from enmesh.router.annotations import node_id, strips_in, strips_out
 from enmesh.router.brokerlinks import BrokerLinks
 from enmesh.router.config import Connector, Listener, RouterConfig, resolve_password
+from enmesh.router.config_model import StripAnnotations
 from enmesh.router.engine import Acceptor, Loop, ProtonSocket, connect_nonblocking
 from enmesh.router.forwarding import (
     ACCEPTED,
@@ -89,6 +91,7 @@ class ConnectionInfo:
     counted_vhost: str | None = None  # the vhost whose connection count includes this one
     identity: int = 0
     opened_at: float | None = None  # time.monotonic() of the peer's open (management)
+    strip: StripAnnotations = StripAnnotations.BOTH  # the listener's or connector's
 
     def internal(self, address: str) -> str:
         return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address
@@ -222,6 +225,7 @@ class Router:
             outgoing=False,
             multi_tenant=listener.multi_tenant,
             link_capacity=listener.link_capacity,
+            strip=listener.strip_annotations,
         )
         screen = security.first_bytes_screen(listener.require_ssl)
         conn = ProtonSocket(self.loop, sock, transport, self, peer=peer, screen=screen)
@@ -270,6 +274,7 @@ class Router:
             name=connector.name,
             outgoing=True,
             link_capacity=connector.link_capacity,
+            strip=connector.strip_annotations,
         )
         conn.connection.open()
         self._adopt(conn, info)
@@ -545,9 +550,9 @@ class Router:
         if multicast:
             link.snd_settle_mode = Link.SND_SETTLED
         link.open()
-        self.add_destination(
-            OutLink(cast(Sender, link), key, info.link_capacity, presettle=multicast)
-        )
+        out = OutLink(cast(Sender, link), key, info.link_capacity, presettle=multicast)
+        out.trace_as = None if strips_out(info.strip) else node_id(self.id)
+        self.add_destination(out)
 
     def add_destination(self, out: OutLink) -> None:
         state = self.addresses.get(out.key) or self._state(out.key, self.semantics_of_key(out.key))
@@ -563,9 +568,9 @@ class Router:
         set_address(link.source, link.remote_source.address)
         link.open()
         receiver = cast(Receiver, link)
-        self.add_source(
-            InLink(receiver, semantics.key(internal, 0), info.link_capacity, self.route)
-        )
+        inbound = InLink(receiver, semantics.key(internal, 0), info.link_capacity, self.route)
+        inbound.strip_in = strips_in(info.strip)
+        self.add_source(inbound)
 
     def add_source(self, inbound: InLink) -> None:
         state = self._state(inbound.key, self.semantics_of_key(inbound.key))
@@ -675,7 +680,7 @@ class Router:
             if len(out.waiting) >= 2 * out.capacity:  # safety net; credit keeps us below
                 out.dropped += 1
                 continue
-            out.offer(Held(held.data, None, None))
+            out.offer(Held(held.data, None, None, ann=held.ann))
         held.settle_origin(ACCEPTED)
         return True
 
@@ -717,6 +722,7 @@ class Router:
             presettle=semantics.distribution == "multicast",
         )
         out.hop = hop
+        out.trace_as = node_id(self.id)  # routers always annotate for each other
         self.transit[(key, destination)] = out
         return out
 
@@ -814,7 +820,9 @@ class Router:
             return
         destination, _, key = target[len(TRANSIT_PREFIX) :].partition("/")
         link.open()
-        self.add_source(InLink(link, key, info.link_capacity, self.route, destination))
+        inbound = InLink(link, key, info.link_capacity, self.route, destination)
+        inbound.strip_in = False  # routers never strip each other's annotations
+        self.add_source(inbound)
 
     def _neighbour_up(self, conn: ProtonSocket, info: ConnectionInfo, neighbour: str) -> None:
         if not neighbour or neighbour == self.id:

@@ -145,3 +145,12 @@ def _to_field(data: memoryview, position: int) -> str | None:
     for _ in range(_TO_FIELD):
         position = skip(data, position)
     return _string(data, position)
+
+
+# Shared with enmesh.router.annotations, which edits the message-annotations section.
+descriptor, extent, compound = _descriptor, _extent, _compound
+HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS = (
+    _HEADER,
+    _DELIVERY_ANNOTATIONS,
+    _MESSAGE_ANNOTATIONS,
+)
