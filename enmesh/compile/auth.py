@@ -16,6 +16,10 @@ from enmesh.compile.layout import subscription_link_address as _subscription
 from enmesh.model import AddressType, MessagingUser, Operation, Tenant
 
 MANAGEMENT_ADDRESS = "$management"
+# enmesh-router's temporary (dynamic) reply addresses: `_dynamic.<router>.<conn>.<random>`
+# (enmesh.router.router.DYNAMIC_PREFIX). A responder sends its reply there, named or
+# through anonymous relay, and policy checks that target like any other.
+DYNAMIC_REPLY_TARGETS = "_dynamic.*"
 
 
 def sasl_identity(tenant: Tenant, user: MessagingUser) -> str:
@@ -34,13 +38,16 @@ def _group(tenant: Tenant, user: MessagingUser) -> dict[str, Any]:
     manage = user.spec.may(Operation.MANAGE)
     extra = [MANAGEMENT_ADDRESS] if manage else []
     sends = user.spec.patterns_for(Operation.SEND)
+    # Whoever may send may answer a request: the reply goes to the requester's dynamic
+    # address, which no model pattern names. (Unguessable, as qdrouterd's temp.* are.)
+    replies = [DYNAMIC_REPLY_TARGETS] if sends else []
     return {
         "users": sasl_identity(tenant, user),
         "remoteHosts": "*",
         "sources": ", ".join(
             _link_addresses(tenant, user.spec.patterns_for(Operation.RECV)) + extra
         ),
-        "targets": ", ".join(_link_addresses(tenant, sends) + extra),
+        "targets": ", ".join(_link_addresses(tenant, sends) + replies + extra),
         # Anonymous-relay senders (Qpid JMS's default): the router checks each message's
         # `to` against `targets`, so the link itself grants nothing more.
         "allowAnonymousSender": bool(sends),

@@ -30,7 +30,8 @@ def set_listener(mesh: Mesh, index: int, attribute: str, value: str) -> None:
     config = mesh.routers[index].config
     text = config.read_text()
     assert text.count("    name: amqp\n") == 1
-    config.write_text(text.replace("    name: amqp\n", f"    name: amqp\n    {attribute}: {value}\n"))
+    added = f"    name: amqp\n    {attribute}: {value}\n"
+    config.write_text(text.replace("    name: amqp\n", added))
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +163,53 @@ def test_bad_router_annotations_are_ignored_where_they_are_stripped(annotated: M
     scenario = send(annotated, 0, 0, *BAD)
     assert scenario.outcomes == dict.fromkeys(range(len(BAD)), "accepted")
     assert all(annotations == {} for annotations in scenario.received.values())
+
+
+class RequestResponse(Scenario):
+    """device@iot (router 0) asks on `telemetry` with a dynamic reply address; backend@iot
+    (router 2) answers through an anonymous sender, as compiled policies now allow."""
+
+    def __init__(self, mesh: Mesh) -> None:
+        super().__init__()
+        self.mesh = mesh
+        self.reply: str | None = None
+        self.reply_to = ""
+        self.reply_outcome: str | None = None
+        self.responder: Any = None
+        self.requested = False
+
+    def on_start(self, event: Any) -> None:
+        conn = self.open(account(self.mesh, 2, "backend@iot"))
+        event.container.create_receiver(conn, "telemetry", name="service")
+        self.responder = event.container.create_sender(conn, None, name="responder")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "service":
+            conn = self.open(account(self.mesh, 0, "device@iot"))
+            event.container.create_receiver(conn, None, dynamic=True, name="replies")
+        elif event.link.name == "replies":
+            self.reply_to = event.link.remote_source.address
+            event.container.create_sender(event.connection, "telemetry", name="requests")
+
+    def on_sendable(self, event: Any) -> None:
+        if event.link.name == "requests" and not self.requested:
+            event.sender.send(Message(body="ping", reply_to=self.reply_to))
+            self.requested = True
+
+    def on_message(self, event: Any) -> None:
+        if event.link.name == "service":
+            self.responder.send(Message(address=event.message.reply_to, body="pong"))
+        else:
+            self.reply = event.message.body
+            self.done()
+
+    def on_rejected(self, event: Any) -> None:
+        condition = event.delivery.remote.condition
+        self.reply_outcome = f"{condition.name}: {condition.description}"
+        self.done()
+
+
+def test_a_reply_reaches_a_dynamic_address_with_compiled_policies(full_mesh: Mesh) -> None:
+    scenario = run(RequestResponse(full_mesh), timeout=30)
+    assert scenario.reply_outcome is None
+    assert scenario.reply == "pong" and scenario.reply_to.startswith("_dynamic.")

@@ -84,11 +84,30 @@ def test_tenants_are_separated_by_prefix_and_vhost(local: dict[str, str]) -> Non
 def test_device_user_rights_match_the_model(local: dict[str, str]) -> None:
     device = json.loads(local["auth/policies/iot.json"])[0][1]["groups"]["device"]
     assert device["users"] == "device@iot"
-    assert device["targets"] == "events, readings, telemetry"
+    assert device["targets"] == "events, readings, telemetry, _dynamic.*"
     assert device["sources"] == "broadcast, commands"
     backend = json.loads(local["auth/policies/iot.json"])[0][1]["groups"]["backend"]
     assert "alerts::audit" in backend["sources"]  # subscriptions are read as topic::sub
     assert "$management" in backend["sources"] and "$management" not in device["sources"]
+
+
+def test_users_who_send_may_reply_to_dynamic_addresses(
+    local: dict[str, str], multi: dict[str, str]
+) -> None:
+    """Request/response: the reply goes to the requester's `_dynamic.*` address."""
+    groups = [
+        group
+        for artefacts in (local, multi)
+        for name, text in artefacts.items()
+        if name.startswith("auth/policies/")
+        for group in json.loads(text)[0][1]["groups"].values()
+        if group["targets"] != "*"
+    ]
+    assert groups
+    for group in groups:
+        targets = [t.strip() for t in group["targets"].split(",") if t.strip()]
+        sends = [t for t in targets if t not in ("_dynamic.*", "$management")]
+        assert ("_dynamic.*" in targets) == bool(sends), group
 
 
 def test_broker_queues_carry_ttl_delivery_limit_and_dead_letter(local: dict[str, str]) -> None:
