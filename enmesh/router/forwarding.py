@@ -57,6 +57,8 @@ class Held:
             and source.remote_state == Disposition.MODIFIED
         ):
             _copy_outcome(source, inbound)
+        elif source is None and state == Disposition.MODIFIED:
+            _failed(inbound, self.origin)
         else:
             inbound.update(RELEASED if source is not None else state)
         inbound.settle()
@@ -70,7 +72,7 @@ def _copy_outcome(source: Delivery, target: Delivery) -> None:
         if remote.condition is not None:
             local.condition = remote.condition
     elif state == Disposition.MODIFIED:
-        local.failed = remote.failed
+        local.failed = True  # qdrouterd 1.19 sets delivery-failed on every modified it passes
         local.undeliverable = remote.undeliverable
         if remote.annotations is not None:
             local.annotations = cast(dict[str, Any], remote.annotations)
@@ -171,10 +173,12 @@ class OutLink:
             self.modified += 1
 
     def lost(self) -> list[Held]:
-        """The link is gone: release what was in flight; return what never left."""
+        """The link is gone: what was in flight may or may not have been processed, so its
+        producer gets `modified` with delivery-failed (qdrouterd 1.19's
+        qdr_link_cleanup_deliveries_CT); return what never left, to be re-routed."""
         self.closed = True
         for delivery, held in self.unsettled.values():
-            held.settle_origin(RELEASED)
+            held.settle_origin(Disposition.MODIFIED)
             with contextlib.suppress(Exception):  # the engine may already have freed it
                 delivery.settle()
         self.unsettled.clear()
@@ -321,6 +325,15 @@ class InLink:
     def drained(self) -> bool:
         """Closed, with nothing left to deliver: it can be forgotten."""
         return self.closed and not self.held
+
+
+def _failed(inbound: Delivery, origin: InLink | None) -> None:
+    """Modified, delivery-failed: in doubt (a broker that ends sessions on it: released)."""
+    if origin is not None and origin.modified_as_released:
+        inbound.update(RELEASED)
+        return
+    inbound.local.failed = True
+    inbound.update(Disposition.MODIFIED)
 
 
 def _refuse_message(delivery: Delivery, presettled: bool, problem: Exception) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from proton import Message, symbol
+from proton import Delivery, Message, symbol
 
 from tests.router.conftest import account
 from tests.support.amqp import Scenario, run
@@ -213,3 +213,51 @@ def test_a_reply_reaches_a_dynamic_address_with_compiled_policies(full_mesh: Mes
     scenario = run(RequestResponse(full_mesh), timeout=30)
     assert scenario.reply_outcome is None
     assert scenario.reply == "pong" and scenario.reply_to.startswith("_dynamic.")
+
+
+class ConsumerLeaves(Scenario):
+    """backend@iot on router 2 takes 5 messages without settling them and detaches; the
+    producer on router 0 records each outcome (state, delivery-failed)."""
+
+    def __init__(self, mesh: Mesh) -> None:
+        super().__init__(auto_accept=False, prefetch=5)
+        self.mesh = mesh
+        self.outcomes: list[tuple[int, bool]] = []
+        self.taken = self.sent = 0
+
+    def on_start(self, event: Any) -> None:
+        conn = self.open(account(self.mesh, 2, "backend@iot"))
+        event.container.create_receiver(conn, "telemetry", name="consumer")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "consumer":
+            conn = self.open(account(self.mesh, 0, "device@iot"))
+            event.container.create_sender(conn, "telemetry", name="producer")
+
+    def on_sendable(self, event: Any) -> None:
+        while event.sender.credit and self.sent < 5:
+            event.sender.send(Message(body=self.sent))
+            self.sent += 1
+
+    def on_message(self, event: Any) -> None:
+        self.taken += 1
+        if self.taken == 5:
+            event.receiver.close()  # five deliveries unsettled
+
+    def on_released(self, event: Any) -> None:  # proton calls this for modified too
+        self.outcomes.append((event.delivery.remote_state, event.delivery.remote.failed))
+        if len(self.outcomes) == 5:
+            self.done()
+
+    def on_accepted(self, event: Any) -> None:
+        self.outcomes.append((event.delivery.remote_state, False))
+        self.done()
+
+
+def test_deliveries_in_flight_to_a_leaving_consumer_come_back_modified_failed(
+    full_mesh: Mesh,
+) -> None:
+    """qdrouterd 1.19: unsettled deliveries of a lost outgoing link settle their producer's
+    deliveries `modified` with delivery-failed (in doubt), not `released`."""
+    scenario = run(ConsumerLeaves(full_mesh), timeout=30)
+    assert scenario.outcomes == [(Delivery.MODIFIED, True)] * 5
