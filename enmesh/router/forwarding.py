@@ -1,8 +1,9 @@
 """Deliveries through one router: encoded bytes in, destinations chosen, settlement back.
 
 An InLink receives; it grants credit only while its address has a reachable
-destination, never more than `capacity` minus what it already holds, and takes credit
-back (a negative flow) when the last destination goes. An OutLink sends when its peer
+destination, never more than `capacity` minus what it already holds (for stored messages
+from a broker, never more than the destinations asked for), and takes credit back (a
+negative flow) when the last destination goes. An OutLink sends when its peer
 gives credit and remembers every unsettled delivery's origin, so the consumer's
 outcome (accepted, rejected, released, modified) reaches the producer unchanged, and a
 lost link releases what was in flight instead of dropping it.
@@ -212,6 +213,8 @@ class InLink:
         self.routable = False
         # Multicast: how many more copies the slowest destination can queue right now.
         self.room: Callable[[], int] | None = None
+        # Stored messages (from a broker): how many the destinations asked for right now.
+        self.demand: Callable[[], int] | None = None
         # RabbitMQ 3.10 ends the session on a `modified` outcome; brokers get `released`.
         self.modified_as_released = False
         # Router annotations coming in: True: ignored (stripAnnotations in/both); False:
@@ -281,16 +284,23 @@ class InLink:
         self.refresh()
 
     def refresh(self) -> None:
-        """Grant credit up to capacity while routable; take it all back when not."""
+        """Grant credit up to capacity while routable; take it all back when not.
+
+        A source with `demand` gets no more than its destinations asked for, less what it
+        already holds: a broker keeps what no consumer wants (enmesh.router.demand).
+        """
         if self.closed:
             return
         want = 0
         if self.routable:
-            want = self.capacity - len(self.held) - (self.partial is not None)
+            limit = self.capacity if self.demand is None else min(self.capacity, self.demand())
+            want = limit - len(self.held) - (self.partial is not None)
             if self.room is not None:
                 want = min(want, self.room())
-        # Anycast keeps credit it already gave; multicast room and unroutability take it back.
-        self.grant(want, may_reduce=not self.routable or self.room is not None)
+        # Anycast keeps credit it already gave; multicast room, demand and unroutability
+        # take it back.
+        reduce = not self.routable or self.room is not None or self.demand is not None
+        self.grant(want, may_reduce=reduce)
 
     def grant(self, want: int, *, may_reduce: bool) -> None:
         """Set the sender's credit to `want` (raising it; lowering it only if `may_reduce`).

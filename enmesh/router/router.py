@@ -35,7 +35,7 @@ from proton import (
     Transport,
 )
 
-from enmesh.router import endpoints, peerinput, security
+from enmesh.router import demand, endpoints, peerinput, security
 from enmesh.router.addressing import AddressSemantics, best_match
 from enmesh.router.admission import Admission, AdmissionSettings
 from enmesh.router.annotations import node_id, strips_in, strips_out
@@ -379,6 +379,7 @@ class Router:
             self._retry_key(out.key)
             if link.drain_mode and not out.waiting:
                 link.drained()  # nothing to send now: give the consumer its credit back
+                self._retry_key(out.key)  # credit given back is no longer demand for stored
         elif getattr(link, "enmesh_control_sender", False):
             self._send_control(conn)
         else:
@@ -577,6 +578,10 @@ class Router:
         state.producers.append(inbound)
         if state.distribution == "multicast":
             inbound.room = functools.partial(self._multicast_room, inbound)
+        if demand.is_stored(self, inbound.key):
+            inbound.demand = functools.partial(demand.demand, self, inbound)
+            self._retry_key(inbound.key)  # a broker link here changes what transit may take
+            return
         inbound.set_routable(self.routable(inbound))
 
     def forget_link(self, link: Link) -> None:
@@ -595,6 +600,8 @@ class Router:
             inbound.lost()
             inbound.retry()
             self._forget_if_drained(inbound)
+            if inbound.demand is not None:
+                self._retry_key(inbound.key)  # without this broker link, transit may feed
         for key in [k for k, s in self.addresses.items() if s.idle]:
             del self.addresses[key]
 

@@ -1,0 +1,77 @@
+"""Credit for stored messages: a broker gives out only what consumers ask for.
+
+Messages of a waypoint's phase 1 (or later) come out of a broker through an `in` autoLink.
+Every message the router takes without a consumer wanting it stays unsettled in the router,
+and when the router restarts, or gives it back, RabbitMQ's quorum queues count a delivery
+attempt: enough of those and a message no consumer ever saw is dead-lettered. So the
+sources of these keys (the broker links, and the transit links carrying their messages to
+other routers) get credit that follows the consumers' credit, not the link capacity:
+
+- a broker link: the free credit of the local consumers, plus that of the transit links
+  toward routers with consumers (what `Router.route_to` could pick);
+- a transit link delivering here: the local consumers' free credit, but nothing while this
+  router has a live broker link for each `in` autoLink of the key (autoLinks are the same
+  on every router): its own links then reach every queue another router could pull from,
+  and a second router pulling for the same consumer would only double what leaves the
+  broker. A router missing one (no broker connection, or it is down) is fed by the others,
+  each for the whole of its consumers' credit, as it cannot know which of them reaches a
+  queue that holds anything: at most credit x feeding routers leave the broker;
+- a transit link passing through: the free credit of the next hop's transit link, which in
+  turn follows the destination's consumers, hop by hop.
+
+qdrouterd 1.19 does not do this: it grants an in-autoLink its full `linkCapacity` once the
+address is reachable and replenishes a credit per settled delivery, keeping what consumers
+have no credit for on their links' undelivered lists.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from enmesh.router.forwarding import AddressState, InLink, OutLink
+    from enmesh.router.router import Router
+
+PHASE_MARK = "@"
+
+
+def is_stored(router: Router, key: str) -> bool:
+    """Is `key` a waypoint phase after the broker (`<address>@<phase>`, phase > 0)?"""
+    address, mark, phase = key.rpartition(PHASE_MARK)
+    return bool(mark) and phase.isdigit() and int(phase) > 0 and router.semantics(address).waypoint
+
+
+def demand(router: Router, inbound: InLink) -> int:
+    """How many messages the destinations of a stored-message source can take right now."""
+    key, destination = inbound.key, inbound.destination_router
+    if destination is not None and destination != router.id:
+        return _free(router.transit_link(key, destination))
+    state = router.addresses.get(key)
+    consumers = state.consumers if state is not None else []
+    local = sum(_free(out) for out in consumers)
+    if destination is not None:  # a transit link delivering here
+        return 0 if state is not None and _reaches_every_queue(router, state) else local
+    if state is not None and state.distribution == "closest" and consumers:
+        return local
+    remote = router.mesh.routers_with(key)
+    return local + sum(_free(router.transit_link(key, other)) for _, other in remote)
+
+
+def _reaches_every_queue(router: Router, state: AddressState) -> bool:
+    """Has this router a live broker link for each `in` autoLink configured for the key?"""
+    configured = sum(
+        1
+        for auto in router.config.auto_links
+        if auto.direction == "in"
+        and router.semantics(auto.address).key(auto.address, auto.phase) == state.key
+    )
+    live = sum(
+        1
+        for source in state.producers
+        if source.destination_router is None and source.demand is not None and not source.closed
+    )
+    return 0 < configured <= live
+
+
+def _free(out: OutLink | None) -> int:
+    return 0 if out is None or out.closed else max(out.free, 0)
