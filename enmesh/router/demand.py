@@ -26,6 +26,8 @@ have no credit for on their links' undelivered lists.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,8 +43,22 @@ def is_stored(router: Router, key: str) -> bool:
     return bool(mark) and phase.isdigit() and int(phase) > 0 and router.semantics(address).waypoint
 
 
-def demand(router: Router, inbound: InLink) -> int:
-    """How many messages the destinations of a stored-message source can take right now."""
+def demand_of(router: Router, inbound: InLink) -> Callable[[], int]:
+    """`inbound`'s demand, as InLink.refresh asks for it (on every message it receives)."""
+    configured = sum(  # the config is fixed: counted once, not per message
+        1
+        for auto in router.config.auto_links
+        if auto.direction == "in"
+        and router.semantics(auto.address).key(auto.address, auto.phase) == inbound.key
+    )
+    return functools.partial(demand, router, inbound, configured)
+
+
+def demand(router: Router, inbound: InLink, in_autolinks: int) -> int:
+    """How many messages the destinations of a stored-message source can take right now.
+
+    `in_autolinks`: how many `in` autoLinks the config has for the source's key.
+    """
     key, destination = inbound.key, inbound.destination_router
     if destination is not None and destination != router.id:
         return _free(router.transit_link(key, destination))
@@ -50,21 +66,15 @@ def demand(router: Router, inbound: InLink) -> int:
     consumers = state.consumers if state is not None else []
     local = sum(_free(out) for out in consumers)
     if destination is not None:  # a transit link delivering here
-        return 0 if state is not None and _reaches_every_queue(router, state) else local
+        return 0 if state is not None and _reaches_every_queue(state, in_autolinks) else local
     if state is not None and state.distribution == "closest" and consumers:
         return local
     remote = router.mesh.routers_with(key)
     return local + sum(_free(router.transit_link(key, other)) for _, other in remote)
 
 
-def _reaches_every_queue(router: Router, state: AddressState) -> bool:
+def _reaches_every_queue(state: AddressState, configured: int) -> bool:
     """Has this router a live broker link for each `in` autoLink configured for the key?"""
-    configured = sum(
-        1
-        for auto in router.config.auto_links
-        if auto.direction == "in"
-        and router.semantics(auto.address).key(auto.address, auto.phase) == state.key
-    )
     live = sum(
         1
         for source in state.producers

@@ -579,7 +579,7 @@ class Router:
         if state.distribution == "multicast":
             inbound.room = functools.partial(self._multicast_room, inbound)
         if demand.is_stored(self, inbound.key):
-            inbound.demand = functools.partial(demand.demand, self, inbound)
+            inbound.demand = demand.demand_of(self, inbound)
             self._retry_key(inbound.key)  # a broker link here changes what transit may take
             return
         inbound.set_routable(self.routable(inbound))
