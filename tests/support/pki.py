@@ -172,6 +172,43 @@ def make_pki(
         "-out", str(ca_cert),
         cwd=directory,
     )  # fmt: skip
+    ext_file = _leaf_extensions(directory, hostnames, key_type, ip_as_dns)
+    pairs = [
+        _issue(
+            directory, name, ca_cert=ca_cert, ca_key=ca_key, ext_file=ext_file, key_type=key_type
+        )
+        for name in components
+    ]
+    ext_file.unlink()
+    ca_cert.chmod(0o644)
+    return Pki(directory=directory, ca_cert=ca_cert, ca_key=ca_key, pairs=tuple(pairs))
+
+
+def reissue(
+    pki: Pki,
+    component: str,
+    hostnames: Sequence[str] = ("localhost", "127.0.0.1"),
+    key_type: KeyType = "ec",
+    ip_as_dns: bool = True,
+) -> CertKey:
+    """A new key and certificate for `component` from the same CA, written over the old
+    files (a renewal, as the tls role does before a certificate expires)."""
+    ext_file = _leaf_extensions(pki.directory, hostnames, key_type, ip_as_dns)
+    pair = _issue(
+        pki.directory,
+        component,
+        ca_cert=pki.ca_cert,
+        ca_key=pki.ca_key,
+        ext_file=ext_file,
+        key_type=key_type,
+    )
+    ext_file.unlink()
+    return pair
+
+
+def _leaf_extensions(
+    directory: Path, hostnames: Sequence[str], key_type: KeyType, ip_as_dns: bool
+) -> Path:
     usage = "digitalSignature" if key_type == "ec" else "digitalSignature,keyEncipherment"
     extensions = "\n".join(
         [
@@ -186,24 +223,25 @@ def make_pki(
     )
     ext_file = directory / "leaf.ext"
     ext_file.write_text(extensions)
-    pairs = []
-    for name in components:
-        key = directory / f"{name}.key"
-        cert = directory / f"{name}.crt"
-        csr = directory / f"{name}.csr"
-        _genkey(key, key_type)
-        _openssl(
-            "req", "-new", "-key", str(key), "-subj", f"/O=enmesh tests/CN={name}",
-            "-out", str(csr), cwd=directory,
-        )  # fmt: skip
-        _openssl(
-            "x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
-            "-set_serial", str(secrets.randbits(63)), "-days", str(LEAF_DAYS), "-sha256",
-            "-extfile", str(ext_file), "-out", str(cert), cwd=directory,
-        )  # fmt: skip
-        csr.unlink()
-        cert.chmod(0o644)
-        pairs.append(CertKey(component=name, cert=cert, key=key))
-    ext_file.unlink()
-    ca_cert.chmod(0o644)
-    return Pki(directory=directory, ca_cert=ca_cert, ca_key=ca_key, pairs=tuple(pairs))
+    return ext_file
+
+
+def _issue(
+    directory: Path, name: str, *, ca_cert: Path, ca_key: Path, ext_file: Path, key_type: KeyType
+) -> CertKey:
+    key = directory / f"{name}.key"
+    cert = directory / f"{name}.crt"
+    csr = directory / f"{name}.csr"
+    _genkey(key, key_type)
+    _openssl(
+        "req", "-new", "-key", str(key), "-subj", f"/O=enmesh tests/CN={name}",
+        "-out", str(csr), cwd=directory,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
+        "-set_serial", str(secrets.randbits(63)), "-days", str(LEAF_DAYS), "-sha256",
+        "-extfile", str(ext_file), "-out", str(cert), cwd=directory,
+    )  # fmt: skip
+    csr.unlink()
+    cert.chmod(0o644)
+    return CertKey(component=name, cert=cert, key=key)
