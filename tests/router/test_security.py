@@ -144,6 +144,16 @@ def test_unknown_address_space_is_refused(full_mesh: Mesh) -> None:
     assert any("no address space 'nowhere'" in e for e in scenario.errors), scenario.errors
 
 
+def test_a_user_of_one_space_is_refused_by_another(full_mesh: Mesh) -> None:
+    """The sample model's acme space does not allow unknown users: iot's device is one."""
+    other_tenant = replace(account(full_mesh, 0, "device@iot"), vhost="acme")
+    scenario = run(Login(other_tenant), timeout=15)
+    assert not scenario.opened
+    assert any(
+        e.startswith("amqp:unauthorized-access") and "'acme'" in e for e in scenario.errors
+    ), scenario.errors
+
+
 def test_plain_over_tls_with_verified_server_certificate(full_mesh: Mesh) -> None:
     scenario = run(Login(account(full_mesh, 0, "device@iot", tls=True)), timeout=15)
     assert scenario.opened, scenario.errors
