@@ -64,29 +64,51 @@ class BrokerLinks:
         self.brokers[name] = conn
         container = conn.connection.remote_container or ""
         self.containers[container] = conn
-        capacity = conn.context["info"].link_capacity
         for auto in self.router.config.auto_links:
-            if not _serves(auto, name, container):
-                continue
-            session = self.router.session_of(conn)
-            key = self.router.semantics(auto.address).key(auto.address, auto.phase)
-            if auto.direction == "out":
-                sender = session.sender(f"autolink/{auto.address}/out")
-                sender.source.address = auto.address
-                sender.target.address = auto.external_address
-                sender.open()
-                self.router.add_destination(OutLink(sender, key, capacity))
-            else:
-                receiver = session.receiver(f"autolink/{auto.address}/in")
-                receiver.snd_settle_mode = Link.SND_UNSETTLED  # the broker keeps ownership
-                receiver.source.address = auto.external_address
-                receiver.target.address = auto.address
-                receiver.open()
-                inbound = InLink(receiver, key, capacity, self.router.route)
-                inbound.modified_as_released = True
-                self.router.add_source(inbound)
+            if _serves(auto, name, container):
+                self._attach_auto_link(conn, auto)
         self.router.advertise_soon()  # its link routes, to the rest of the mesh
         log.info("broker connection %s up", name)
+
+    def add_auto_link(self, auto: AutoLink) -> None:
+        """A new autoLink of a running router: attach it on the live brokers it names."""
+        for name, conn in list(self.brokers.items()):
+            container = conn.connection.remote_container or ""
+            if not conn.closed and _serves(auto, name, container):
+                self._attach_auto_link(conn, auto)
+
+    def remove_auto_link(self, auto: AutoLink) -> None:
+        """An autoLink taken out of a running router's config: detach its links."""
+        for conn in {id(c): c for c in self.brokers.values()}.values():
+            link = conn.connection.link_head(0)
+            while link is not None:
+                following = link.next(0)
+                if getattr(link, "enmesh_auto_link", None) == auto:
+                    self.router.forget_link(link)
+                    _detach(link, None)
+                link = following
+
+    def _attach_auto_link(self, conn: ProtonSocket, auto: AutoLink) -> None:
+        capacity = conn.context["info"].link_capacity
+        session = self.router.session_of(conn)
+        key = self.router.semantics(auto.address).key(auto.address, auto.phase)
+        if auto.direction == "out":
+            sender = session.sender(f"autolink/{auto.address}/out")
+            sender.enmesh_auto_link = auto
+            sender.source.address = auto.address
+            sender.target.address = auto.external_address
+            sender.open()
+            self.router.add_destination(OutLink(sender, key, capacity))
+        else:
+            receiver = session.receiver(f"autolink/{auto.address}/in")
+            receiver.enmesh_auto_link = auto
+            receiver.snd_settle_mode = Link.SND_UNSETTLED  # the broker keeps ownership
+            receiver.source.address = auto.external_address
+            receiver.target.address = auto.address
+            receiver.open()
+            inbound = InLink(receiver, key, capacity, self.router.route)
+            inbound.modified_as_released = True
+            self.router.add_source(inbound)
 
     def broker_down(self, name: str, conn: ProtonSocket) -> None:
         if self.brokers.get(name) is conn:  # a newer connection may already serve it

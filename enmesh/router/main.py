@@ -18,7 +18,8 @@ from enmesh.router.config import RouterConfigError, load_router_config
 from enmesh.router.engine import Loop
 from enmesh.router.log_level import configured_level
 from enmesh.router.management import Management
-from enmesh.router.metrics import MetricsServer
+from enmesh.router.reconfigure import LiveConfig
+from enmesh.router.reload import Reloader
 from enmesh.router.router import Router
 
 
@@ -84,12 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     raise_descriptor_limit()
     loop = Loop()
     router = Router(config, loop, admission)
+    live = LiveConfig(router)
     try:
         router.start()
-        router.management = Management(router)
-        for listener in config.listeners:
-            if listener.http and listener.metrics:
-                MetricsServer(loop, router, listener.host, listener.port)
+        router.management = Management(router, live)
+        live.start_http()
     except RouterConfigError as exc:  # e.g. a connector's password file is unreadable
         print(f"enmesh-router: {exc}", file=sys.stderr)
         return 1
@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    router.reloader = Reloader(live, args.config, args.admission)
+    router.reloader.install()  # SIGHUP: re-read the files, apply the difference
     loop.install_signal_wakeup()
     log.info("router %s started", config.router.id)
     profile_to = os.environ.get("ENMESH_ROUTER_PROFILE")

@@ -18,6 +18,7 @@ from enmesh.router.forwarding import Held, set_address
 
 if TYPE_CHECKING:
     from enmesh.router.engine import ProtonSocket
+    from enmesh.router.reconfigure import LiveConfig
     from enmesh.router.router import ConnectionInfo, Router
 
 log = logging.getLogger("enmesh.router.management")
@@ -26,8 +27,9 @@ HOLD = CREDIT  # replies held for one reply receiver that has not granted credit
 
 
 class Management:
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, live: LiveConfig | None = None) -> None:
         self.router = router
+        self.live = live  # applies management writes; None: read-only
 
     def attach_request_link(self, conn: ProtonSocket, info: ConnectionInfo, link: Link) -> None:
         set_address(link.target, link.remote_target.address)

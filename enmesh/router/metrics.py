@@ -126,6 +126,21 @@ def exposition(router: Router) -> str:
             help_text,
             [(f'{{{rid},address="{_label(a["name"])}"}}', a[field]) for a in addresses],
         )
+    reloader = router.reloader
+    if reloader is not None:  # config reloads (enmesh.router.reload): what `apply` waits for
+        metric(
+            "enmesh_router_config_reloads_total",
+            "counter",
+            "Config reloads (SIGHUP) by outcome.",
+            [(f'{{{rid},result="{r}"}}', n) for r, n in sorted(reloader.results.items())],
+        )
+        digests = f'sha256="{reloader.sha256}",policy_sha256="{reloader.policy_sha256}"'
+        metric(
+            "enmesh_router_config_info",
+            "gauge",
+            "The config file (and policy files) the router runs, by sha256.",
+            [(f"{{{rid},{digests}}}", 1)],
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -35,7 +35,7 @@ from proton import (
     Transport,
 )
 
-from enmesh.router import demand, endpoints, peerinput, security
+from enmesh.router import demand, endpoints, peerinput, security, tenancy
 from enmesh.router.addressing import AddressSemantics, best_match
 from enmesh.router.admission import Admission, AdmissionSettings
 from enmesh.router.annotations import node_id, strips_in, strips_out
@@ -138,6 +138,7 @@ class Router:
         self._connection_ids = iter(range(1, 1 << 62))
         self.started_at = time.time()
         self.management: Any = None  # set by enmesh.router.management
+        self.reloader: Any = None  # set by enmesh.router.main (SIGHUP config reload)
 
     # --- start-up ------------------------------------------------------------------------
 
@@ -243,6 +244,8 @@ class Router:
 
     def _connect(self, state: ConnectorState) -> None:
         connector = state.config
+        if self.connectors.get(connector.name) is not state:
+            return  # removed or replaced by a config change since this retry was scheduled
         try:
             sock = connect_nonblocking(connector.host, connector.port)
         except OSError as exc:
@@ -325,16 +328,14 @@ class Router:
             info.vhost_name = hostname
         if not self.policy_enabled:
             return True
-        vhost = self.vhosts.get(hostname)
-        if vhost is None:
-            conn.abort(UNAUTHORIZED, f"no address space {hostname!r} (set the AMQP hostname)")
+        admitted = tenancy.admit(self.vhosts, hostname, user)
+        if isinstance(admitted, str):
+            conn.abort(UNAUTHORIZED, admitted)
             return False
-        group = vhost.group_for(user)
-        if group is None and not vhost.allow_unknown_user:
-            conn.abort(UNAUTHORIZED, f"user {user!r} may not use address space {hostname!r}")
-            return False
-        if group is None:
-            group = VhostGroup(name="$unknown")  # admitted, but with no rights at all
+        vhost, group = admitted.vhost, admitted.group
+        hostname = vhost.hostname
+        if hostname == tenancy.DEFAULT_VHOST:
+            info.vhost_name = ""  # the stack's own clients (its administrator): no tenant
         limit = self.config.policy.max_connections if self.config.policy else 0
         if self.vhost_connections[hostname] >= vhost.max_connections or (
             limit and sum(self.vhost_connections.values()) >= limit
