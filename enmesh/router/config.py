@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from enmesh.router.config_checks import CheckError, CheckUnsupportedError
-from enmesh.router.config_format import Block, blocks, error
+from enmesh.router.config_format import Attribute, Block, blocks, error
 from enmesh.router.config_model import (
     Address,
     AutoLink,
@@ -36,7 +36,7 @@ from enmesh.router.config_model import (
     StripAnnotations,
 )
 from enmesh.router.config_schema import CONFIG_FILE_ENTITIES, SCHEMA, Disposition
-from enmesh.router.config_values import IgnoredError, UnsupportedError
+from enmesh.router.config_values import IgnoredError, Raw, UnsupportedError
 from enmesh.router.policy import PolicyError, Vhost, parse_policy_file, snake_case
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "RouterConfigError",
     "SslProfile",
     "StripAnnotations",
+    "build_entity",
     "load_router_config",
     "resolve_password",
 ]
@@ -123,6 +124,14 @@ def _entity(where: str, block: Block, warnings: list[str]) -> Any:
                 raise _refuse(where, line, block.label, str(problem)) from None
             raise error(where, line, f"{block.label}: {problem}") from None
     return kind.build(**fields)
+
+
+def build_entity(kind: str, attributes: Mapping[str, Raw], where: str) -> tuple[Any, list[str]]:
+    """One entity from attribute values given elsewhere than a file (management CREATE),
+    checked as a config block is; errors and warnings start with `where:1: `."""
+    block = Block(kind, 1, {key: Attribute(value, 1) for key, value in attributes.items()})
+    warnings: list[str] = []
+    return _entity(where, block, warnings), warnings
 
 
 # --- the whole config ----------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Delivery, Link, Message
 
-from enmesh.router import management_ops
+from enmesh.router import management_ops, management_writes, tenancy
 from enmesh.router.forwarding import Held, set_address
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class Management:
         if not request.reply_to:  # as qdrouterd: nobody to answer
             return
         tenant = info.vhost_name if info.multi_tenant and info.vhost_name else None
-        status, description, body = self.handle(request, tenant)
+        status, description, body = self.handle(request, tenant, info)
         # qdrouterd answers with the request's correlation-id; the AMQP management draft
         # with its message-id when it has no correlation-id.
         correlation = request.correlation_id if request.correlation_id is not None else request.id
@@ -76,9 +76,27 @@ class Management:
         )
         self._send(info.internal(request.reply_to), reply)
 
-    def handle(self, request: Message, tenant: str | None = None) -> tuple[int, str, Any]:
+    def handle(
+        self, request: Message, tenant: str | None = None, info: ConnectionInfo | None = None
+    ) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
+        if str(properties.get("operation", "")).upper() in management_writes.WRITE_OPERATIONS:
+            return management_writes.answer(
+                self.router,
+                self.live,
+                properties,
+                request.body,
+                may_write=self.may_write(info),
+                who=info.user if info is not None and info.user else "anonymous",
+            )
         return management_ops.answer(self.router, properties, request.body, tenant)
+
+    def may_write(self, info: ConnectionInfo | None) -> bool:
+        """Without vhost policy management is open, as qdrouterd's; with it, writes are
+        the stack administrator's only."""
+        if not self.router.policy_enabled:
+            return True
+        return info is not None and tenancy.is_administrator(info.vhost, info.group)
 
     def _send(self, internal_address: str, reply: Message) -> None:
         """Hand the reply to a consumer of its address. One without credit yet holds it

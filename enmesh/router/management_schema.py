@@ -6,8 +6,8 @@ same things; what only a running router reports (counters, status) and qdrouterd
 operational types (connection, router.link, ...) are listed here. The names are checked
 against qdrouterd's by tests/unit/test_management_schema.py.
 
-enmesh-router's management is read-only: every type offers READ, the management node
-QUERY and the GET-* operations; qdrouterd's CREATE, UPDATE, DELETE and its own extras
+Every type offers READ, the management node QUERY and the GET-* operations; the writes
+qdrouterd 1.19 answers are in `WRITES` (applied by `management_writes`); its own extras
 (GET-SCHEMA, GET-LOG, PROFILE) are not offered.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from enmesh.router.config_schema import ENTITY_TYPES
+from enmesh.router.config_schema import ENTITY_TYPES, SCHEMA
 
 PREFIX = "org.apache.qpid.dispatch."
 NODE_TYPE = "org.amqp.management"  # what a request to the node itself names as its type
@@ -25,6 +25,19 @@ NODE_OPERATIONS = (
     "GET-MGMT-NODES",
 )
 BASE_ATTRIBUTES = ("name", "identity", "type")
+_CREATE_DELETE = ("CREATE", "DELETE")
+# The writes qdrouterd 1.19 answers for a type (its other configuration types: none here).
+WRITES: Mapping[str, tuple[str, ...]] = {
+    "router.config.address": _CREATE_DELETE,
+    "router.config.autoLink": _CREATE_DELETE,
+    "router.config.linkRoute": _CREATE_DELETE,
+    "listener": _CREATE_DELETE,
+    "connector": _CREATE_DELETE,
+    "vhost": ("CREATE", "UPDATE", "DELETE"),
+}
+# qdrouterd's C agent also updates a connection's adminStatus (to close it), though its
+# schema, and so GET-OPERATIONS, lists READ only.
+UNLISTED_WRITES: Mapping[str, tuple[str, ...]] = {"connection": ("UPDATE",)}
 
 
 @dataclass(frozen=True)
@@ -157,7 +170,8 @@ def _configuration_types() -> list[ManagedType]:
         own = [a.name for a in entity.attributes if a.name not in BASE_ATTRIBUTES]
         own += [n for n in REPORTED.get(short, ()) if n not in own]
         columns = _CORE_COLUMNS.get(short, ())
-        found.append(ManagedType(short, "configurationEntity", tuple(own), (), columns))
+        writes = WRITES.get(short, ())
+        found.append(ManagedType(short, "configurationEntity", tuple(own), writes, columns))
     return found
 
 
@@ -170,7 +184,13 @@ def _all_types() -> list[ManagedType]:
         ManagedType("operationalEntity", "entity", (), ("READ",)),
         *_configuration_types(),
         *(
-            ManagedType(short, "operationalEntity", _names(names), (), _CORE_COLUMNS.get(short, ()))
+            ManagedType(
+                short,
+                "operationalEntity",
+                _names(names),
+                WRITES.get(short, ()),
+                _CORE_COLUMNS.get(short, ()),
+            )
             for short, names in _OPERATIONAL.items()
         ),
         # qdrouterd's per-connection link routes; enmesh-router has none.
@@ -191,7 +211,10 @@ def find(name: str | None) -> ManagedType | None:
         return None
     if name == NODE_TYPE:
         return TYPES[NODE_TYPE]
-    return TYPES.get(name.removeprefix(PREFIX))
+    short = name.removeprefix(PREFIX)
+    if short not in TYPES and short in SCHEMA:  # a config file's name: `address`, `autoLink`
+        short = SCHEMA[short].long_name.removeprefix(PREFIX)
+    return TYPES.get(short)
 
 
 def by_type(wanted: ManagedType | None) -> list[ManagedType]:

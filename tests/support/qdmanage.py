@@ -1,0 +1,151 @@
+"""Management requests built as qdmanage builds them (qpid_dispatch.management.client.Node
+in qpid-dispatch 1.19): the same properties in the same order, `None`s left out, an integer
+correlation id counting from 1, the node's URL as `to`, and `{}` for a body not given.
+qdmanage is in no package registry here, so the tests send its bytes with this client.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from proton import Message
+
+from tests.support.amqp import Account
+from tests.support.mesh import Mesh
+from tests.support.sasl import make_sasldb
+
+NODE_TYPE = "org.amqp.management"
+
+
+def _clean(properties: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in properties.items() if v is not None}  # client's clean_dict
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    description: str
+    body: Any
+
+
+class Qdmanage:
+    """One connection to a router's `$management`, a reply receiver, requests in turn."""
+
+    _correlation = itertools.count(1)
+
+    def __init__(self, account: Account) -> None:
+        self.url = account.url
+        self.connection = account.blocking()
+        self.replies = self.connection.create_receiver(None, dynamic=True)
+        self.reply_to = self.replies.link.remote_source.address
+        self.sender = self.connection.create_sender("$management")
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Qdmanage:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def message(self, body: Any = None, **properties: Any) -> Message:
+        """Node.request: address, reply_to, correlation_id, clean properties, body or {}."""
+        return Message(
+            address=f"{self.url}/$management",
+            reply_to=self.reply_to,
+            correlation_id=next(self._correlation),
+            properties=_clean(properties),
+            body=body or {},
+        )
+
+    def call(self, request: Message) -> Reply:
+        self.sender.send(request)
+        while True:
+            response = self.replies.receive(timeout=15)  # the router sends replies settled
+            if response.correlation_id == request.correlation_id:
+                properties: dict[str, Any] = response.properties or {}
+                return Reply(
+                    int(properties["statusCode"]),
+                    str(properties["statusDescription"]),
+                    response.body,
+                )
+
+    # qdmanage's operations, as Node builds their requests
+    def create(self, attributes: dict[str, Any], type: str, name: str | None = None) -> Reply:
+        return self.call(self.message(attributes, operation="CREATE", type=type, name=name))
+
+    def delete(self, type: str, name: str | None = None, identity: str | None = None) -> Reply:
+        if name and identity:
+            name = None
+        return self.call(self.message(operation="DELETE", type=type, name=name, identity=identity))
+
+    def update(
+        self,
+        attributes: dict[str, Any],
+        type: str,
+        name: str | None = None,
+        identity: str | None = None,
+    ) -> Reply:
+        if name and identity:
+            name = None
+        request = self.message(
+            attributes, operation="UPDATE", type=type, name=name, identity=identity
+        )
+        return self.call(request)
+
+    def query(self, type: str, attribute_names: list[str] | None = None) -> Reply:
+        request = self.message(
+            {"attributeNames": attribute_names or []},
+            name="self",
+            type=NODE_TYPE,
+            operation="QUERY",
+            entityType=type,
+            offset=None,
+            count=None,
+        )
+        return self.call(request)
+
+
+def rows(response: Reply) -> list[dict[str, Any]]:
+    names = response.body["attributeNames"]
+    return [dict(zip(names, row, strict=True)) for row in response.body["results"]]
+
+
+ADMINISTRATOR = "admin@enmesh"
+
+
+def add_administrator(mesh: Mesh, identity: str = ADMINISTRATOR) -> Account:
+    """Give a built (not yet started) mesh a stack administrator: a `$default` vhost whose
+    group may write management, and the user in the SASL database. The account names no
+    address space (its AMQP hostname is `localhost`), so the default vhost applies."""
+    policy = [
+        [
+            "vhost",
+            {
+                "hostname": "$default",
+                "allowUnknownUser": False,
+                "groups": {
+                    "admin": {
+                        "users": identity,
+                        "remoteHosts": "*",
+                        "sources": "$management",
+                        "targets": "$management",
+                        "allowDynamicSource": True,
+                        "allowAdminStatusUpdate": True,
+                    }
+                },
+            },
+        ]
+    ]
+    (mesh.directory / "config" / "auth" / "policies" / "$default.json").write_text(
+        json.dumps(policy)
+    )
+    password = secrets.token_urlsafe(12)
+    mesh.passwords[identity] = password
+    make_sasldb(mesh.directory / "state" / "auth" / "enmesh.sasldb", mesh.passwords)
+    return Account(mesh.url(0), identity, password, "localhost", mesh.ca)
