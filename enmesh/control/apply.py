@@ -1,0 +1,197 @@
+"""`enmesh apply`: compile the model, diff it against the running stack, change only that.
+
+Order, so that nothing is ever unreachable on the way: brokers get new queues, exchanges
+and policies first (a router's new autoLink finds its queue); then new passwords and the
+SASL database; then the routers' files are installed and each router reloads them (new
+addresses usable, removed users' connections closed); last, what was removed is deleted
+from the brokers (no router links to it any more). A model that does not validate, or a
+queue holding messages that would be deleted without `--force`, stops apply before any
+change.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from enmesh.compile import compile_stack_file
+from enmesh.compile.artefacts import Artefacts
+from enmesh.control import brokers, routers, users
+from enmesh.control.errors import ApplyRefused
+from enmesh.control.output import render
+from enmesh.control.plan import (
+    BrokerPlan,
+    Change,
+    QueueName,
+    RouterPlan,
+    broker_plan,
+    policy_changes,
+    router_plan,
+)
+from enmesh.control.target import Target
+
+__all__ = ["ApplyRefused", "StackPlan", "apply_stack", "plan_stack"]
+
+# Installed files apply manages (a broker's rabbitmq.conf needs a restart: `enmesh up`).
+_MANAGED = ("routers/", "auth/", "deploy.json")
+
+
+def _managed(relative: str) -> bool:
+    return relative.startswith(_MANAGED) or relative.endswith(".definitions.json")
+
+
+def installed_files(config_dir: Path) -> dict[str, str]:
+    found = {}
+    for path in sorted(config_dir.rglob("*")) if config_dir.is_dir() else []:
+        relative = path.relative_to(config_dir).as_posix()
+        if path.is_file() and not path.name.startswith(".") and _managed(relative):
+            found[relative] = path.read_text(encoding="utf-8")
+    return found
+
+
+@dataclass
+class StackPlan:
+    stack: str
+    routers: list[RouterPlan]
+    brokers: list[BrokerPlan]
+    users: list[Change]
+    files: dict[str, str | None]  # relative path -> new content, None to delete
+    desired_definitions: dict[str, dict[str, Any]]  # broker -> definitions
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.files and not self.users and not any(b.changes for b in self.brokers)
+
+    def text(self) -> str:
+        return render(self.stack, self.routers, self.brokers, self.users, self.notes)
+
+    def refusals(self, forced: Iterable[str]) -> list[str]:
+        named = set(forced)
+        lost = []
+        for broker in self.brokers:
+            for (vhost, queue), messages in broker.queues_losing_messages():
+                if queue not in named and f"{vhost}/{queue}" not in named:
+                    lost.append(
+                        f"queue {queue} (vhost {vhost}, broker {broker.name}) holds {messages} "
+                        f"message(s); apply deletes it only with --force {queue}"
+                    )
+        return lost
+
+
+def plan_stack(artefacts: Artefacts, target: Target, desired_users: Mapping[str, str]) -> StackPlan:
+    desired = artefacts.files
+    deployment = json.loads(desired["deploy.json"])
+    installed = installed_files(target.config_dir)
+    files: dict[str, str | None] = {
+        rel: text for rel, text in desired.items() if _managed(rel) and installed.get(rel) != text
+    }
+    files |= {rel: None for rel in installed if rel not in desired}
+    prefix = "auth/policies/"
+    policies = policy_changes(
+        {k: v for k, v in installed.items() if k.startswith(prefix)},
+        {k: v for k, v in desired.items() if k.startswith(prefix)},
+    )
+    router_plans = [
+        router_plan(r["id"], installed.get(r["config"]), desired[r["config"]], policies)
+        for r in deployment["routers"]
+    ]
+    notes = []
+    known = {r.id for r in target.routers}
+    added = [r["id"] for r in deployment["routers"] if r["id"] not in known]
+    if added:
+        notes.append(f"note: new routers {', '.join(added)} need `enmesh up` (processes to start)")
+    broker_plans = []
+    definitions = {}
+    for ctl in target.brokers:
+        rel = f"brokers/{ctl.name}.definitions.json"
+        wanted = json.loads(desired[rel])
+        definitions[ctl.name] = wanted
+        before = json.loads(installed[rel]) if rel in installed else {}
+        managed = [str(v["name"]) for v in before.get("vhosts", [])]
+        actual = brokers.export_definitions(ctl)
+        vhosts = {str(v["name"]) for v in wanted.get("vhosts", [])} | set(managed)
+        depths = brokers.queue_depths(ctl, vhosts)
+        broker_plans.append(broker_plan(ctl.name, actual, wanted, depths, managed))
+    user_plan = users.plan_users(target.sasldb, dict(desired_users))
+    return StackPlan(
+        deployment["stack"], router_plans, broker_plans, user_plan, files, definitions, notes
+    )
+
+
+def _desired_users(artefacts: Artefacts, target: Target, generate: bool) -> dict[str, str]:
+    """Identity -> password; a dry run does not create the secrets of new users (their
+    password shows as `?`, they plan as added all the same)."""
+    deployment = json.loads(artefacts.files["deploy.json"])
+    if generate:
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
+            handle.write(artefacts.files["deploy.json"])
+            handle.flush()
+            users.new_secrets(Path(handle.name), target.secrets_dir)
+        return users.desired_users(deployment, target.secrets_dir)
+    found = {}
+    secrets = {s["name"]: s for s in deployment["secrets"]}
+    for user in deployment["users"]:
+        ref = secrets[user["secret"]]
+        path = target.secrets_dir / ref["name"] / ref["key"]
+        found[user["identity"]] = path.read_text().rstrip("\r\n") if path.is_file() else "?"
+    return found
+
+
+@dataclass
+class Result:
+    plan: StackPlan
+    routers: dict[str, str] = field(default_factory=dict)  # id -> unchanged/reloaded
+    seconds: float = 0.0
+
+
+def apply_stack(
+    stack_file: Path,
+    target: Target,
+    *,
+    dry_run: bool = False,
+    force: Iterable[str] = (),
+    echo: Callable[[str], None] = print,
+) -> Result:
+    started = time.monotonic()
+    _, artefacts = compile_stack_file(stack_file)  # ModelInvalidError: nothing changed
+    desired_users = _desired_users(artefacts, target, generate=not dry_run)
+    plan = plan_stack(artefacts, target, desired_users)
+    echo(plan.text())
+    refusals = plan.refusals(force)
+    if refusals:
+        raise ApplyRefused("nothing changed:\n  " + "\n  ".join(refusals))
+    result = Result(plan)
+    if dry_run or plan.empty:
+        return result
+    forced = _forced(plan, force)
+    for broker_plan_, ctl in zip(plan.brokers, target.brokers, strict=True):
+        brokers.add_and_update(ctl, broker_plan_, plan.desired_definitions[ctl.name], forced)
+    if plan.users:
+        users.apply_users(target.sasldb, desired_users)
+    routers.install(target.config_dir, plan.files)
+    admission = any(path.startswith("auth/admission") for path in plan.files)
+    for router in target.routers:
+        outcome = routers.converge(router, target.signaller, other_files_changed=admission)
+        result.routers[router.id] = outcome
+        echo(f"router {router.id}: {outcome}")
+    for broker_plan_, ctl in zip(plan.brokers, target.brokers, strict=True):
+        brokers.remove(ctl, broker_plan_, forced)
+    result.seconds = time.monotonic() - started
+    echo(f"applied in {result.seconds:.1f}s")
+    return result
+
+
+def _forced(plan: StackPlan, force: Iterable[str]) -> set[QueueName]:
+    named = set(force)
+    return {
+        queue
+        for broker in plan.brokers
+        for queue in broker.depths
+        if queue[1] in named or f"{queue[0]}/{queue[1]}" in named
+    }

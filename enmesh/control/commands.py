@@ -1,0 +1,119 @@
+"""The control plane's commands: `enmesh apply`, and `enmesh deploy reload` (the step the
+router role runs on each host: the same convergence `apply` does for one router)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from enmesh.compile import find_stack_file, load_stack
+from enmesh.control.apply import apply_stack
+from enmesh.control.routers import RouterFiles, Signaller, Supervisord, Systemd, converge
+from enmesh.control.target import DEFAULT_RABBITMQCTL, on_this_host
+
+SUPERVISOR_CONFIG = "/etc/supervisor/supervisord.conf"
+
+
+def _systemd() -> bool:
+    return Path("/run/systemd/system").is_dir()
+
+
+def _signaller(manager: str, supervisor_config: str) -> Signaller:
+    systemd = manager == "systemd" or (manager == "auto" and _systemd())
+    return Systemd() if systemd else Supervisord(supervisor_config)
+
+
+def _cmd_apply(args: argparse.Namespace) -> int:
+    stack_file = find_stack_file(args.stack, args.stacks_dir)
+    stack, _ = load_stack(stack_file)
+    deploy_json = Path(stack.spec.paths.config) / "deploy.json"
+    try:
+        deployment = json.loads(deploy_json.read_text(encoding="utf-8"))
+    except OSError:
+        print(
+            f"error: stack {stack.name!r} is not deployed on this host ({deploy_json} is "
+            f"missing): run `enmesh up --stack {args.stack}` first",
+            file=sys.stderr,
+        )
+        return 1
+    manager = args.manager
+    target = on_this_host(
+        deployment,
+        systemd=manager == "systemd" or (manager == "auto" and _systemd()),
+        supervisor_config=args.supervisor_config,
+        rabbitmqctl=(*DEFAULT_RABBITMQCTL[:2], args.rabbitmq_node),
+    )
+    apply_stack(stack_file, target, dry_run=args.dry_run, force=args.force)
+    return 0
+
+
+def _cmd_reload(args: argparse.Namespace) -> int:
+    deployment: dict[str, Any] = json.loads((args.config_dir / "deploy.json").read_text())
+    router = next((r for r in deployment["routers"] if r["id"] == args.router), None)
+    if router is None:
+        known = ", ".join(r["id"] for r in deployment["routers"])
+        print(f"error: no router {args.router!r} in this stack (routers: {known})", file=sys.stderr)
+        return 1
+    files = RouterFiles(
+        id=router["id"],
+        config=args.config_dir / router["config"],
+        policies=args.config_dir / "auth" / "policies",
+        metrics_url=f"http://{router['host']}:{router['ports']['metrics']}/metrics",
+    )
+    signaller = _signaller(args.manager, args.supervisor_config)
+    outcome = converge(files, signaller, other_files_changed=args.admission_changed)
+    print(f"{'unchanged' if outcome == 'unchanged' else 'changed'}: router {args.router} {outcome}")
+    return 0
+
+
+def _manager_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--manager",
+        choices=("auto", "supervisord", "systemd"),
+        default="auto",
+        help="how routers run (default: systemd if it is the service manager, else supervisord)",
+    )
+    parser.add_argument("--supervisor-config", default=SUPERVISOR_CONFIG, metavar="FILE")
+
+
+def add_apply(commands: Any, stacks_dir: Path) -> None:
+    apply = commands.add_parser(
+        "apply",
+        help="change a running stack to its model, live (no restart); --dry-run shows the plan",
+        description="Compile stack NAME's model, compare it with what the stack runs (router "
+        "configs and vhost policies, broker queues/exchanges/bindings/policies, users) and "
+        "change only the difference, live: brokers through rabbitmqctl, routers by config "
+        "reload (SIGHUP), users in the SASL database. Refuses to delete a queue that holds "
+        "messages unless --force names it. Every component must run on this host; a site "
+        "applies through its playbook.",
+    )
+    apply.add_argument("--stack", default="local", metavar="NAME", help="stack (default: local)")
+    apply.add_argument("--stacks-dir", type=Path, default=stacks_dir, metavar="DIR")
+    apply.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    apply.add_argument(
+        "--force",
+        nargs="+",
+        default=[],
+        metavar="QUEUE",
+        help="delete these queues even though they hold messages (the messages are lost)",
+    )
+    apply.add_argument("--rabbitmq-node", default="rabbit@localhost", metavar="NODE")
+    _manager_options(apply)
+    apply.set_defaults(run=_cmd_apply)
+
+
+def add_reload_step(steps: Any) -> None:
+    reload = steps.add_parser(
+        "reload",
+        help="make one router run its installed config and policies (reload, no restart)",
+    )
+    reload.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
+    reload.add_argument("--router", required=True, metavar="ID")
+    reload.add_argument(
+        "--admission-changed", action="store_true", help="auth/admission.json changed too"
+    )
+    _manager_options(reload)
+    reload.set_defaults(run=_cmd_reload)

@@ -1,0 +1,5 @@
+"""The control plane's refusal: apply changed nothing, and says why and what to do."""
+
+
+class ApplyRefused(Exception):  # noqa: N818 (a refusal, not a crash)
+    """Apply changed nothing; the message says why and what to do."""

@@ -1,0 +1,78 @@
+"""How `enmesh apply` reaches a stack: where its files are installed, how each router is
+signalled and read, how each broker is commanded.
+
+A target is built from the stack's `deploy.json` plus the host's process manager
+(supervisord or systemd) and RabbitMQ node; tests build one for their own processes
+(`Processes` signaller, a private node's `rabbitmqctl`). Every component must be on this
+host: a multi-host site applies through its playbook, which runs the same steps per host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from enmesh.control.brokers import Rabbitmqctl
+from enmesh.control.errors import ApplyRefused
+from enmesh.control.routers import RouterFiles, Signaller, Supervisord, Systemd
+
+DEFAULT_RABBITMQCTL = ("/usr/sbin/rabbitmqctl", "--node", "rabbit@localhost")
+
+
+@dataclass(frozen=True)
+class Target:
+    config_dir: Path  # the installed files (deploy.json paths.config)
+    secrets_dir: Path
+    sasldb: Path
+    routers: tuple[RouterFiles, ...]
+    brokers: tuple[Rabbitmqctl, ...]
+    signaller: Signaller
+
+
+def router_files(deployment: dict[str, Any], config_dir: Path) -> tuple[RouterFiles, ...]:
+    return tuple(
+        RouterFiles(
+            id=r["id"],
+            config=config_dir / r["config"],
+            policies=config_dir / "auth" / "policies",
+            metrics_url=f"http://{r['host']}:{r['ports']['metrics']}/metrics",
+        )
+        for r in deployment["routers"]
+    )
+
+
+def from_deployment(
+    deployment: dict[str, Any],
+    *,
+    signaller: Signaller,
+    brokers: dict[str, Rabbitmqctl],
+) -> Target:
+    paths = deployment["paths"]
+    config_dir = Path(paths["config"])
+    return Target(
+        config_dir=config_dir,
+        secrets_dir=Path(paths["secrets"]),
+        sasldb=Path(deployment["sasldb"]),
+        routers=router_files(deployment, config_dir),
+        brokers=tuple(brokers[b["name"]] for b in deployment["brokers"]),
+        signaller=signaller,
+    )
+
+
+def on_this_host(
+    deployment: dict[str, Any],
+    *,
+    systemd: bool,
+    supervisor_config: str,
+    rabbitmqctl: tuple[str, ...],
+) -> Target:
+    """The stack as `enmesh up` deployed it on this host (one broker per host)."""
+    if len(deployment["brokers"]) > 1 or len({r["host"] for r in deployment["routers"]}) > 1:
+        raise ApplyRefused(
+            f"stack {deployment['stack']!r} spans several hosts: apply it with its playbook "
+            "(ansible-playbook ... playbooks/site.yml), which applies live on each host"
+        )
+    signaller: Signaller = Systemd() if systemd else Supervisord(supervisor_config)
+    brokers = {b["name"]: Rabbitmqctl(b["name"], rabbitmqctl) for b in deployment["brokers"]}
+    return from_deployment(deployment, signaller=signaller, brokers=brokers)

@@ -1,0 +1,69 @@
+"""`enmesh apply` against a test stack: a Target for routers run as plain child processes
+(SIGHUP to their pids, as supervisord would send it) and a private RabbitMQ node."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from enmesh.control.brokers import Rabbitmqctl
+from enmesh.control.routers import Processes
+from enmesh.control.target import Target, from_deployment
+from tests.support.mesh import Mesh
+from tests.support.rabbitmq import RABBITMQ_BIN, RabbitMQBroker
+
+# The shared sample model plus a new tenant `shop`: an anycast and a queue address, a user.
+SHOP = """
+---
+apiVersion: enmesh.io/v1
+kind: AddressSpace
+metadata: {name: shop}
+spec: {type: standard, plan: standard-small}
+---
+apiVersion: enmesh.io/v1
+kind: Address
+metadata: {name: shop.orders}
+spec: {addressSpace: shop, address: orders, type: anycast, plan: standard-anycast}
+---
+apiVersion: enmesh.io/v1
+kind: Address
+metadata: {name: shop.invoices}
+spec: {addressSpace: shop, address: invoices, type: queue, plan: standard-queue}
+---
+apiVersion: enmesh.io/v1
+kind: MessagingUser
+metadata: {name: shop.clerk}
+spec:
+  addressSpace: shop
+  username: clerk
+  authentication:
+    passwordSecret: {name: shop-clerk, key: password}
+  authorization:
+    - operations: [send, recv]
+      addresses: [orders, invoices]
+"""
+
+
+def mesh_target(mesh: Mesh, broker: RabbitMQBroker) -> Target:
+    deployment = json.loads((mesh.directory / "config" / "deploy.json").read_text())
+
+    def pid(router: str) -> int:
+        process = mesh.routers[int(router.rsplit("-", 1)[1])].process
+        assert process is not None
+        return process.pid
+
+    ctl = Rabbitmqctl(
+        "broker-0",
+        (str(RABBITMQ_BIN / "rabbitmqctl"), "-n", broker.node),
+        broker._env(),  # noqa: SLF001 (the node's private environment: cookie, ports)
+    )
+    return from_deployment(deployment, signaller=Processes(pid), brokers={"broker-0": ctl})
+
+
+def model_file(mesh: Mesh) -> Path:
+    """The model file the test stack deploys (a copy, free to change)."""
+    return mesh.directory / "iot.model.yml"
+
+
+def stack_file(mesh: Mesh) -> Path:
+    return mesh.directory / "test.stack.yml"
