@@ -14,6 +14,10 @@ from typing import Any
 
 from enmesh import __version__, clients
 from enmesh.compile import CompileError, compile_stack_file, find_stack_file, write_artefacts
+from enmesh.control import commands as control
+from enmesh.control.apply import ApplyRefused
+from enmesh.control.brokers import BrokerError
+from enmesh.control.routers import RouterError
 from enmesh.deploy import stackctl
 from enmesh.deploy.bundle import write_bundle
 from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment
@@ -161,6 +165,7 @@ def _deploy_commands(commands: Any) -> None:
     sasldb = steps.add_parser("sasldb", help="build the routers' SASL database from the secrets")
     sasldb.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
     sasldb.set_defaults(run=_cmd_deploy_sasldb)
+    control.add_reload_step(steps)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     receive.add_argument("--count", type=int, help="stop after this many messages")
     receive.set_defaults(run=_cmd_receive)
     _stack_commands(commands)
+    control.add_apply(commands, DEFAULT_STACKS_DIR)
     _deploy_commands(commands)
     _pipeline_commands(commands)
     return parser
@@ -306,6 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         stackctl.StackError,
         SasldbError,
         KubeStackError,
+        ApplyRefused,
+        BrokerError,
+        RouterError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
     except OSError as exc:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 import shutil
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,16 +86,91 @@ def read_users(deployment: Mapping[str, Any], secrets_dir: Path) -> dict[str, st
     return users
 
 
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".users.json")
+
+
+def _user_digest(salt: str, identity: str, password: str) -> str:
+    return hashlib.sha256(f"{salt}\0{identity}\0{password}".encode()).hexdigest()
+
+
+def _write_record(path: Path, users: Mapping[str, str]) -> None:
+    """Which identities the database holds, each with a salted digest of its password, so
+    `enmesh apply` can say whose password changed without reading any password back."""
+    salt = secrets.token_hex(16)
+    record = {
+        "salt": salt,
+        "users": {i: _user_digest(salt, i, p) for i, p in sorted(users.items())},
+    }
+    target = _record_path(path)
+    fresh = target.with_name(f".{target.name}.new")
+    fresh.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    fresh.chmod(0o600)
+    fresh.replace(target)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """The identities a database holds; `same_password` is None where it keeps no record."""
+
+    identities: frozenset[str]
+    digests: Mapping[str, str]
+    salt: str
+
+    def same_password(self, identity: str, password: str) -> bool | None:
+        digest = self.digests.get(identity)
+        return None if digest is None else digest == _user_digest(self.salt, identity, password)
+
+
+def installed_users(path: Path) -> Installed:
+    """What the database at `path` holds: its record, else `sasldblistusers2`'s list."""
+    try:
+        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
+        users = dict(record["users"])
+        return Installed(frozenset(users), users, str(record["salt"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    if not path.is_file():
+        return Installed(frozenset(), {}, "")
+    listed = subprocess.run(
+        ["sasldblistusers2", "-f", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    # Lines are `user@realm: userPassword` (one per stored secret).
+    identities = {line.split(":", 1)[0] for line in listed.stdout.splitlines() if ":" in line}
+    return Installed(frozenset(identities), {}, "")
+
+
+def _keep_owner(fresh: Path, old: Path) -> None:
+    """A rebuilt database keeps the owner of the one it replaces (the routers' account)."""
+    try:
+        status = old.stat()
+    except FileNotFoundError:
+        return
+    if (status.st_uid, status.st_gid) != (os.getuid(), os.getgid()):
+        os.chown(fresh, status.st_uid, status.st_gid)
+
+
 def ensure_sasldb(path: Path, users: Mapping[str, str]) -> bool:
-    """Make the database at `path` hold exactly `users`; returns whether it changed."""
+    """Make the database at `path` hold exactly `users`; returns whether it changed.
+
+    Cyrus opens the database for every login, so the next login sees the new file: a
+    changed password applies to new connections, open ones are not touched."""
     stamp = path.with_name(path.name + ".sha256")
     wanted = _digest(users)
     if path.is_file() and stamp.is_file() and stamp.read_text().strip() == wanted:
+        if not _record_path(path).is_file():
+            _write_record(path, users)
         return False
     fresh = path.with_name(f".{path.name}.new")
     fresh.unlink(missing_ok=True)
     write_sasldb(fresh, users)
+    _keep_owner(fresh, path)
     fresh.replace(path)
+    _write_record(path, users)
     stamp.write_text(wanted + "\n")
     stamp.chmod(0o600)
     return True
