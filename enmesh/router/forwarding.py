@@ -23,6 +23,7 @@ from typing import Any, cast
 from proton import Condition, Delivery, Disposition, Receiver, Sender, Terminus
 
 from enmesh.router import annotations as qd_annotations
+from enmesh.router import tally
 from enmesh.router.annotations import AnnotationError, Annotations
 from enmesh.router.sections import MalformedMessageError
 
@@ -62,7 +63,21 @@ class Held:
             _failed(inbound, self.origin)
         else:
             inbound.update(RELEASED if source is not None else state)
+        if self.origin is not None:
+            count_outcome(self.origin, inbound.local_state)
         inbound.settle()
+
+
+def count_outcome(counted: OutLink | InLink, state: int) -> None:
+    """Count a terminal outcome on a link (what its peer or the router settled with)."""
+    if state == ACCEPTED:
+        counted.accepted += 1
+    elif state == Disposition.REJECTED:
+        counted.rejected += 1
+    elif state == RELEASED:
+        counted.released += 1
+    elif state == Disposition.MODIFIED:
+        counted.modified += 1
 
 
 def _copy_outcome(source: Delivery, target: Delivery) -> None:
@@ -103,6 +118,9 @@ class OutLink:
         self.released = 0
         self.modified = 0
         self.dropped = 0
+        self.presettled = 0
+        # Where the address counts what this link sends (enmesh.router.tally).
+        self.tally, self.slot = tally.NOWHERE, 0
         self.closed = False
         self.hop: str | None = None  # transit links: the neighbour they leave through
         # This router's encoded id to add to ingress/trace (next routers, clients that keep
@@ -139,11 +157,14 @@ class OutLink:
             self.delivered += 1
             sent += 1
             if self.presettle or held.presettled:
+                self.presettled += 1
                 delivery.settle()
                 if held.delivery is not None:  # an unsettled message sent as a copy
                     held.settle_origin(ACCEPTED)
             else:
                 self.unsettled[tag] = (delivery, held)
+        if sent:
+            self.tally[self.slot] += sent
         return sent
 
     def on_disposition(self, delivery: Delivery) -> None:
@@ -164,14 +185,7 @@ class OutLink:
             del self.unsettled[delivery.tag]
 
     def _count(self, state: int) -> None:
-        if state == ACCEPTED:
-            self.accepted += 1
-        elif state == Disposition.REJECTED:
-            self.rejected += 1
-        elif state == RELEASED:
-            self.released += 1
-        elif state == Disposition.MODIFIED:
-            self.modified += 1
+        count_outcome(self, state)
 
     def lost(self) -> list[Held]:
         """The link is gone: what was in flight may or may not have been processed, so its
@@ -209,6 +223,10 @@ class InLink:
         # (Tags are not used: peers may send binary tags that proton cannot decode.)
         self.partial: bytearray | None = None
         self.received = 0
+        # What the router settled with the sender, and how; where the address counts it.
+        self.accepted = self.rejected = self.released = self.modified = 0
+        self.presettled = 0
+        self.tally, self.slot = tally.NOWHERE, 0
         self.closed = False
         self.routable = False
         # Multicast: how many more copies the slowest destination can queue right now.
@@ -250,8 +268,10 @@ class InLink:
         data = bytes(buffered + chunk) if buffered is not None else bytes(chunk)
         self.link.advance()
         self.received += 1
+        self.tally[self.slot] += 1
         presettled = delivery.settled
         if presettled:
+            self.presettled += 1
             # The sender has forgotten it, so must we: without a local settle proton
             # keeps every presettled delivery for the link's lifetime (~1.3 KB each).
             delivery.settle()
@@ -365,6 +385,8 @@ class AddressState:
     distribution: str = "balanced"
     consumers: list[OutLink] = field(default_factory=list)
     producers: list[InLink] = field(default_factory=list)
+    # Deliveries in and out by peer (enmesh.router.tally): kept while the address is known.
+    counts: list[int] = field(default_factory=tally.zeros)
 
     @property
     def idle(self) -> bool:

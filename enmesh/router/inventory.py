@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 from proton import SASL
 
 from enmesh import __version__
-from enmesh.router import inventory_config
+from enmesh.router import inventory_config, tally
 
 if TYPE_CHECKING:
+    from enmesh.router.forwarding import AddressState
     from enmesh.router.router import ConnectionInfo, Router
 
 ROUTER = "org.apache.qpid.dispatch.router"
@@ -37,36 +38,59 @@ LINK_NOT_COUNTED = _zeros(
     "deliveriesStuck zeroCreditSeconds settleRate undeliveredCount"
 )
 ADDRESS_NOT_COUNTED = _zeros(
-    "inProcess deliveriesTransit deliveriesToContainer deliveriesFromContainer "
-    "deliveriesIngressRouteContainer deliveriesEgressRouteContainer "
+    "inProcess deliveriesIngressRouteContainer deliveriesEgressRouteContainer "
     "deliveriesRedirectedToFallback trackedDeliveries"
 )
 ROUTER_NOT_COUNTED = _zeros(
-    "presettledDeliveries deliveriesDelayed1Sec deliveriesDelayed10Sec deliveriesStuck "
-    "deliveriesTransit deliveriesIngressRouteContainer deliveriesEgressRouteContainer "
+    "deliveriesDelayed1Sec deliveriesDelayed10Sec deliveriesStuck "
+    "deliveriesIngressRouteContainer deliveriesEgressRouteContainer "
     "deliveriesRedirectedToFallback linksBlocked blockedLinkCount"
 )
-_ROUTER_TOTALS = {  # OutLink counter -> the router's total
-    "delivered": "deliveriesEgress",
+_ROUTER_TOTALS = {  # OutLink counter -> the router's total (of what it sent)
     "accepted": "acceptedDeliveries",
     "rejected": "rejectedDeliveries",
     "released": "releasedDeliveries",
     "modified": "modifiedDeliveries",
     "dropped": "droppedPresettledDeliveries",
+    "presettled": "presettledDeliveries",
 }
+
+
+def known_addresses(router: Router) -> Iterator[tuple[str, str, AddressState | None]]:
+    """(key, distribution, state or None) of every address the router knows: those it has
+    seen (kept, with their counters, until forgotten) and every configured `prefix`
+    (each phase of a waypoint), so their series exist before the first link."""
+    configured: dict[str, str] = {}
+    for entry in router.config.addresses:
+        if entry.prefix is not None:
+            phases = (0, 1) if entry.waypoint else (0,)
+            for phase in phases:
+                key = f"{entry.prefix}@{phase}" if entry.waypoint else entry.prefix
+                configured[key] = str(entry.distribution)
+    states = router.addresses
+    for key in sorted(configured.keys() | states.keys()):
+        state = states.get(key)
+        distribution = str(state.distribution) if state is not None else configured[key]
+        yield key, distribution, state
 
 
 def router_entity(router: Router) -> dict[str, Any]:
     links = 0
-    totals = dict.fromkeys(_ROUTER_TOTALS.values(), 0) | {"deliveriesIngress": 0}
+    retired = router.retired
+    totals = {total: retired.outcomes[field] for field, total in _ROUTER_TOTALS.items()}
     for _, link, _tracked in links_of(router):
         links += 1
-        out, inbound = getattr(link, "enmesh_out", None), getattr(link, "enmesh_in", None)
+        out = getattr(link, "enmesh_out", None)
         if out is not None:
             for field, total in _ROUTER_TOTALS.items():
                 totals[total] += getattr(out, field)
-        elif inbound is not None:
-            totals["deliveriesIngress"] += inbound.received
+    counts = list(retired.addresses)
+    for state in router.addresses.values():
+        for slot, value in enumerate(state.counts):
+            counts[slot] += value
+    flows = tally.address_attributes(counts)
+    del flows["deliveriesToContainer"], flows["deliveriesFromContainer"]  # not router's
+    totals |= flows
     return (
         inventory_config.settings(router.config.router, "router")
         | ROUTER_NOT_COUNTED
@@ -181,38 +205,44 @@ def link_entities(router: Router) -> Iterator[dict[str, Any]]:
             "priority": 0,
             **LINK_NOT_COUNTED,
         }
+        counted = out if out is not None else inbound
+        if counted is not None:
+            entity |= {
+                "deliveryCount": out.delivered if out is not None else counted.received,
+                "acceptedCount": counted.accepted,
+                "rejectedCount": counted.rejected,
+                "releasedCount": counted.released,
+                "modifiedCount": counted.modified,
+                "presettledCount": counted.presettled,
+            }
         if out is not None:
             entity |= {
-                "deliveryCount": out.delivered,
-                "acceptedCount": out.accepted,
-                "rejectedCount": out.rejected,
-                "releasedCount": out.released,
-                "modifiedCount": out.modified,
                 "droppedPresettledCount": out.dropped,
                 "undeliveredCount": len(out.waiting),
                 "unsettledCount": len(out.unsettled),
             }
         elif inbound is not None:
-            entity |= {"deliveryCount": inbound.received, "undeliveredCount": len(inbound.held)}
+            entity |= {"undeliveredCount": len(inbound.held), "unsettledCount": link.unsettled}
         yield entity
 
 
 def address_entities(router: Router) -> Iterator[dict[str, Any]]:
-    for key, state in sorted(router.addresses.items()):
+    for key, distribution, state in known_addresses(router):
+        consumers = state.consumers if state is not None else []
+        remote = router.mesh.routers_with(key)
         yield {
             "identity": key,
             "name": key,
             "type": ADDRESS,
             "key": key,
-            "distribution": str(state.distribution),  # an enum proton cannot encode
-            "subscriberCount": len(state.consumers),
-            "remoteCount": len(router.mesh.routers_with(key)),
+            "distribution": distribution,  # a str: proton cannot encode the enum
+            "subscriberCount": len(consumers),
+            "remoteCount": len(remote),
             "containerCount": 0,
-            "deliveriesIngress": sum(p.received for p in state.producers),
-            "deliveriesEgress": sum(c.delivered for c in state.consumers),
-            "droppedPresettledDeliveries": sum(c.dropped for c in state.consumers),
-            "undeliveredCount": sum(len(c.waiting) for c in state.consumers),
-            "remoteHostRouters": [router for _, router in router.mesh.routers_with(key)],
+            **tally.address_attributes(state.counts if state is not None else tally.zeros()),
+            "droppedPresettledDeliveries": sum(c.dropped for c in consumers),
+            "undeliveredCount": sum(len(c.waiting) for c in consumers),
+            "remoteHostRouters": [router for _, router in remote],
             "priority": -1,  # qdrouterd's "none set"
             "transitOutstanding": None,
             **ADDRESS_NOT_COUNTED,

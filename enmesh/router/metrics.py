@@ -11,7 +11,7 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from enmesh.router import inventory
+from enmesh.router import inventory, tally
 from enmesh.router.engine import Acceptor, Loop
 
 if TYPE_CHECKING:
@@ -35,6 +35,61 @@ _ADMISSION_COUNTERS = (
         "enmesh_router_handshake_refused_total",
         "Connections refused because too many handshakes were in progress.",
     ),
+)
+
+
+# Management's router.address attributes, one series each (the same numbers QUERY gives).
+_ADDRESS_SERIES = (
+    (
+        "deliveriesIngress",
+        "enmesh_address_deliveries_ingress_total",
+        "Deliveries received from clients and brokers (qdrouterd's deliveriesIngress).",
+    ),
+    (
+        "deliveriesEgress",
+        "enmesh_address_deliveries_egress_total",
+        "Deliveries sent to clients and brokers (qdrouterd's deliveriesEgress).",
+    ),
+    (
+        "deliveriesTransit",
+        "enmesh_address_deliveries_transit_total",
+        "Deliveries sent on to other routers.",
+    ),
+    (
+        "deliveriesToContainer",
+        "enmesh_address_deliveries_to_container_total",
+        "Deliveries sent to brokers.",
+    ),
+    (
+        "deliveriesFromContainer",
+        "enmesh_address_deliveries_from_container_total",
+        "Deliveries received from brokers.",
+    ),
+    ("subscriberCount", "enmesh_address_local_consumers", "Local consumers."),
+    (
+        "droppedPresettledDeliveries",
+        "enmesh_address_dropped_presettled_total",
+        "Presettled copies dropped because a consumer fell too far behind.",
+    ),
+    ("undeliveredCount", "enmesh_address_undelivered", "Messages waiting for credit."),
+)
+_ROUTER_COUNTERS = tuple(
+    (field, f"enmesh_router_{snake}_total", help_text)
+    for field, snake, help_text in (
+        ("deliveriesIngress", "deliveries_ingress", "Deliveries from clients and brokers."),
+        ("deliveriesEgress", "deliveries_egress", "Deliveries to clients and brokers."),
+        ("deliveriesTransit", "deliveries_transit", "Deliveries sent on to other routers."),
+        ("acceptedDeliveries", "deliveries_accepted", "Sent deliveries accepted."),
+        ("rejectedDeliveries", "deliveries_rejected", "Sent deliveries rejected."),
+        ("releasedDeliveries", "deliveries_released", "Sent deliveries released."),
+        ("modifiedDeliveries", "deliveries_modified", "Sent deliveries modified."),
+        ("presettledDeliveries", "deliveries_presettled", "Deliveries sent presettled."),
+        (
+            "droppedPresettledDeliveries",
+            "deliveries_dropped_presettled",
+            "Presettled deliveries dropped for a slow consumer.",
+        ),
+    )
 )
 
 
@@ -107,25 +162,27 @@ def exposition(router: Router) -> str:
         "Times accepting stopped for a moment at the descriptor (or memory) limit.",
         [(f"{{{rid}}}", sum(acceptor.pauses for acceptor in router.acceptors))],
     )
+    entity = inventory.router_entity(router)
+    for field, name, help_text in _ROUTER_COUNTERS:
+        metric(name, "counter", help_text, [(f"{{{rid}}}", entity[field])])
     addresses = list(inventory.address_entities(router))
-    for field, name, help_text in (
-        ("deliveriesIngress", "enmesh_address_deliveries_ingress_total", "Messages received."),
-        ("deliveriesEgress", "enmesh_address_deliveries_egress_total", "Messages sent."),
-        ("subscriberCount", "enmesh_address_local_consumers", "Local consumers."),
-        (
-            "droppedPresettledDeliveries",
-            "enmesh_address_dropped_presettled_total",
-            "Presettled copies dropped because a consumer fell too far behind.",
-        ),
-        ("undeliveredCount", "enmesh_address_undelivered", "Messages waiting for credit."),
-    ):
+    labels = {a["name"]: f"{rid},{_address_labels(a['name'])}" for a in addresses}
+    metric(
+        "enmesh_address_deliveries_total",
+        "counter",
+        "Deliveries in (from clients, routers, brokers) and out (to them), per address.",
+        [
+            (
+                f'{{{labels[key]},direction="{direction}",peer="{peer}"}}',
+                state.counts[slot] if state is not None else 0,
+            )
+            for key, _, state in inventory.known_addresses(router)
+            for slot, direction, peer in tally.LABELS
+        ],
+    )
+    for field, name, help_text in _ADDRESS_SERIES:
         kind = "counter" if name.endswith("_total") else "gauge"
-        metric(
-            name,
-            kind,
-            help_text,
-            [(f'{{{rid},address="{_label(a["name"])}"}}', a[field]) for a in addresses],
-        )
+        metric(name, kind, help_text, [(f"{{{labels[a['name']]}}}", a[field]) for a in addresses])
     reloader = router.reloader
     if reloader is not None:  # config reloads (enmesh.router.reload): what `apply` waits for
         metric(
@@ -142,6 +199,15 @@ def exposition(router: Router) -> str:
             [(f"{{{rid},{digests}}}", 1)],
         )
     return "\n".join(lines) + "\n"
+
+
+def _address_labels(key: str) -> str:
+    """`address` without the waypoint phase mark, and `phase` (0 unless a waypoint's 1),
+    as qdrouterd's mobile addresses M0/M1."""
+    address, mark, phase = key.rpartition("@")
+    if not mark or not phase.isdigit():
+        address, phase = key, "0"
+    return f'address="{_label(address)}",phase="{phase}"'
 
 
 class _Exchange:

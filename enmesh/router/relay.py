@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, cast
 
 from proton import Condition, Disposition, Link, Receiver
 
+from enmesh.router import tally
 from enmesh.router.annotations import strips_in
 from enmesh.router.forwarding import RELEASED, Held, InLink, set_address
 from enmesh.router.sections import MalformedMessageError, message_address
@@ -78,15 +79,19 @@ class Relay:
 
     def route(self, inbound: AnonymousInLink, held: Held) -> bool:
         """Forward one message by its own address; False to hold it until credit comes."""
-        if held.key is None:
+        key = held.key
+        first = key is None
+        if key is None:
             key = self._resolve(inbound, held)
             if key is None:
                 return True  # refused and settled
             held.key = key
-        if not self.router.reachable(held.key):
+        if not self.router.reachable(key):
             held.settle_origin(RELEASED)  # presettled: dropped, as qdrouterd does
             return True
-        return self.router.route_to(held, held.key, None)
+        if first:  # counted once, on the address it resolved to (retries come back here)
+            self.router.address_counts(key)[tally.IN_CLIENT] += 1
+        return self.router.route_to(held, key, None)
 
     def _resolve(self, inbound: AnonymousInLink, held: Held) -> str | None:
         """The routing key of a message, or None after rejecting it."""

@@ -35,7 +35,7 @@ from proton import (
     Transport,
 )
 
-from enmesh.router import demand, endpoints, peerinput, security, tenancy
+from enmesh.router import demand, endpoints, peerinput, security, tally, tenancy
 from enmesh.router.addressing import AddressSemantics, best_match
 from enmesh.router.admission import Admission, AdmissionSettings
 from enmesh.router.annotations import node_id, strips_in, strips_out
@@ -72,6 +72,9 @@ UNAVAILABLE = "unavailable"  # an address distribution: attaches refused, as qdr
 NORMAL, INTER_ROUTER, ROUTE_CONTAINER = "normal", "inter-router", "route-container"
 LOCAL_UNINIT = Endpoint.LOCAL_UNINIT
 _UNSET = object()
+# Addresses seen keep their counters when their last link goes (stable /metrics series),
+# up to this many; beyond it, an idle address that is not configured is forgotten.
+MAX_KNOWN_ADDRESSES = 10_000
 
 
 @dataclass
@@ -137,6 +140,7 @@ class Router:
         self._handlers: dict[Any, Any] = {}
         self._connection_ids = iter(range(1, 1 << 62))
         self.started_at = time.time()
+        self.retired = tally.Retired()  # counters of links and addresses that are gone
         self.management: Any = None  # set by enmesh.router.management
         self.reloader: Any = None  # set by enmesh.router.main (SIGHUP config reload)
 
@@ -238,6 +242,7 @@ class Router:
         info.identity = next(self._connection_ids)
         conn.context["info"] = info
         self.connections[info.identity] = conn
+        conn.connection.enmesh_role = info.role  # which counters its links count into
         conn.connection.container = self.id
         conn.connection.offered_capabilities = OFFERED_CAPABILITIES
         conn.process()
@@ -558,6 +563,7 @@ class Router:
 
     def add_destination(self, out: OutLink) -> None:
         state = self.addresses.get(out.key) or self._state(out.key, self.semantics_of_key(out.key))
+        tally.bind(out, state.counts, outgoing=True)
         state.consumers.append(out)
         self._key_changed(out.key)
 
@@ -576,6 +582,7 @@ class Router:
 
     def add_source(self, inbound: InLink) -> None:
         state = self._state(inbound.key, self.semantics_of_key(inbound.key))
+        tally.bind(inbound, state.counts, outgoing=False)
         state.producers.append(inbound)
         if state.distribution == "multicast":
             inbound.room = functools.partial(self._multicast_room, inbound)
@@ -603,8 +610,40 @@ class Router:
             self._forget_if_drained(inbound)
             if inbound.demand is not None:
                 self._retry_key(inbound.key)  # without this broker link, transit may feed
-        for key in [k for k, s in self.addresses.items() if s.idle]:
-            del self.addresses[key]
+        for counted in (out, inbound):
+            if counted is not None:
+                self.retired.link_gone(counted)
+                self._forget_if_transient(counted.key)
+
+    def _forget_if_transient(self, key: str) -> None:
+        """An idle address keeps its counters (stable series), unless it is a dynamic reply
+        address (one per requester: they would pile up) or the router knows too many."""
+        state = self.addresses.get(key)
+        if state is None or not state.idle:
+            return
+        if _dynamic(key) or (
+            len(self.addresses) > MAX_KNOWN_ADDRESSES
+            and best_match(self.config.addresses, key.rsplit(WAYPOINT_PHASE_MARK, 1)[0]) is None
+        ):
+            self.forget_address(key)
+
+    def address_counts(self, key: str) -> list[int]:
+        """The delivery counters of `key` (enmesh.router.tally), the address now known;
+        a dynamic address without local links is not kept for it."""
+        state = self.addresses.get(key)
+        if state is None and _dynamic(key):
+            return tally.zeros()
+        return self._state(key, self.semantics_of_key(key)).counts
+
+    def forget_address(self, key: str) -> bool:
+        """Forget an idle address and its counters (management, or a transient address);
+        False if links still use it."""
+        state = self.addresses.get(key)
+        if state is None or not state.idle:
+            return False
+        self.retired.address_gone(state.counts)
+        del self.addresses[key]
+        return True
 
     def _requeue(self, unsent: list[Held]) -> None:
         """Messages that never left a lost link go back to their origin to be re-routed."""
@@ -731,6 +770,7 @@ class Router:
         )
         out.hop = hop
         out.trace_as = node_id(self.id)  # routers always annotate for each other
+        tally.bind(out, self.address_counts(key), outgoing=True)
         self.transit[(key, destination)] = out
         return out
 
@@ -957,6 +997,11 @@ def _listener_name(listener: Listener) -> str:
 
 def _text(path: object) -> str | None:
     return str(path) if path is not None else None
+
+
+def _dynamic(key: str) -> bool:
+    """A dynamic (reply) address's routing key, with or without a tenant prefix."""
+    return key.rsplit("/", 1)[-1].startswith(DYNAMIC_PREFIX)
 
 
 def _reserved(link: Link, address: str) -> bool:
