@@ -13,7 +13,9 @@ from tests.support.rabbitmq import RabbitMQBroker, allocate_ports
 
 
 def broker_attached(metrics: str) -> bool:
-    return bool(re.search(r'address="iot/events@0"\} 1$', metrics, re.M))
+    return bool(
+        re.search(r'local_consumers\{[^}]*address="iot/events(@0|",phase="0)"\} 1$', metrics, re.M)
+    )
 
 
 BROKER_CONNECTOR = re.compile(
