@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from enmesh.compile import admission, auth, broker, deploy, router
+from enmesh.compile import admission, auth, broker, deploy, monitoring, router
 from enmesh.compile.layout import Layout
 from enmesh.compile.stack import Stack, load_stack
 from enmesh.gcpause import paused_gc
@@ -69,6 +69,9 @@ def _compile(layout: Layout) -> Artefacts:
     files[admission.ADMISSION_FILE] = to_json(admission.admission(stack.spec.security))
     for tenant in layout.standard_tenants:
         files[f"auth/policies/{tenant.name}.json"] = to_json(auth.vhost_policy(tenant))
+    if monitoring.enabled(layout):
+        files[monitoring.CONFIG_FILE] = to_json(monitoring.prometheus_config(layout))
+        files[monitoring.RULES_FILE] = to_json(monitoring.rules(layout))
     files["deploy.json"] = to_json(deploy.deployment(layout))
     return Artefacts(dict(sorted(files.items())))
 

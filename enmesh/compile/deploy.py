@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from enmesh.compile import monitoring
 from enmesh.compile.auth import sasl_identity
 from enmesh.compile.layout import (
     ROUTER_BROKER_SECRET,
@@ -144,4 +145,5 @@ def deployment(layout: Layout) -> dict[str, Any]:
         "users": _users(layout),
         "spaces": sorted(t.name for t in layout.model.tenants),
         "addresses": _addresses(layout),
+        "monitoring": monitoring.deployment(layout),
     }

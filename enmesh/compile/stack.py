@@ -103,6 +103,32 @@ class TlsPolicy(_Strict):
     )
 
 
+Duration = Annotated[str, StringConstraints(pattern=r"^[0-9]+(ms|s|m|h|d|w|y)$")]
+
+
+class Prometheus(_Strict):
+    """The stack's Prometheus (Debian's package, supervised on the stack host)."""
+
+    enabled: bool = True
+    host: str | None = None  # where it listens; default: the first router's host
+    port: Port = 9190  # not 9090: the first router's metrics listener has that one
+    scrapeInterval: Duration = "15s"  # noqa: N815
+    retention: Duration = "15d"
+
+
+class Alerts(_Strict):
+    """Thresholds of the alerting rules."""
+
+    queueDepth: Annotated[int, Field(strict=True, ge=1)] = 10000  # noqa: N815  (messages)
+    deadLetterWindow: Duration = "10m"  # noqa: N815  (a DLQ growing over this window)
+    routerDownFor: Duration = "1m"  # noqa: N815
+
+
+class Monitoring(_Strict):
+    prometheus: Prometheus = Field(default_factory=Prometheus)
+    alerts: Alerts = Field(default_factory=Alerts)
+
+
 class StackPaths(_Strict):
     config: AbsolutePath = "/etc/enmesh"  # where the rendered files are installed
     state: AbsolutePath = "/var/lib/enmesh"  # TLS material, SASL database
@@ -116,6 +142,7 @@ class StackSpec(_Strict):
     paths: StackPaths = Field(default_factory=StackPaths)
     security: SecurityPolicy = Field(default_factory=SecurityPolicy)  # throttling, limits
     tls: TlsPolicy = Field(default_factory=TlsPolicy)
+    monitoring: Monitoring = Field(default_factory=Monitoring)  # Prometheus, alerts
 
     @model_validator(mode="after")
     def _unique_broker_names(self) -> StackSpec:
