@@ -10,6 +10,7 @@ that user's connection only.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import signal
@@ -112,11 +113,13 @@ def reload_all(mesh: Mesh) -> float:
     for router, count in zip(mesh.routers, before, strict=True):
         digest = hashlib.sha256(router.config.read_bytes()).hexdigest()
         wait_until(
-            lambda r=router, c=count, d=digest: _reloads(r, "ok") > c and _running_sha(r) == d,
-            15,
-            f"router {router.index} to reload",
+            functools.partial(_runs, router, count, digest), 15, f"router {router.index} to reload"
         )
     return time.monotonic() - started
+
+
+def _runs(router: RouterProcess, reloads_before: int, digest: str) -> bool:
+    return _reloads(router, "ok") > reloads_before and _running_sha(router) == digest
 
 
 class Load(Scenario):
@@ -235,9 +238,11 @@ def test_reload_adds_and_removes_a_tenant_live(stack: Mesh) -> None:
         recompile(stack, NEW_TENANT + NEW_ANYCAST + NEW_USER)
         took = reload_all(stack)
         started = time.monotonic()
-        news = run(FirstMessage(stack, WORKER, "news"), timeout=30)
+        news = FirstMessage(stack, WORKER, "news")
+        run(news, timeout=30)
         first_message = time.monotonic() - started
-        jobs = run(FirstMessage(stack, WORKER, "jobs"), timeout=30)
+        jobs = FirstMessage(stack, WORKER, "jobs")
+        run(jobs, timeout=30)
         print(f"reload of 3 routers: {took:.2f} s; first message on news {first_message:.2f} s")
         assert news.body == "first on news" and jobs.body == "first on jobs"
         assert load.closed == 0 and load.released == 0, load.errors
