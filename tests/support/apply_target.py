@@ -12,23 +12,29 @@ from enmesh.control.target import Target, from_deployment
 from tests.support.mesh import Mesh
 from tests.support.rabbitmq import RABBITMQ_BIN, RabbitMQBroker
 
-# The shared sample model plus a new tenant `shop`: an anycast and a queue address, a user.
-SHOP = """
+# A new tenant `shop` for the sample model: an anycast and a queue address, and a user.
+SHOP_SPACE = """
 ---
 apiVersion: enmesh.io/v1
 kind: AddressSpace
 metadata: {name: shop}
 spec: {type: standard, plan: standard-small}
+"""
+SHOP_ORDERS = """
 ---
 apiVersion: enmesh.io/v1
 kind: Address
 metadata: {name: shop.orders}
 spec: {addressSpace: shop, address: orders, type: anycast, plan: standard-anycast}
+"""
+SHOP_INVOICES = """
 ---
 apiVersion: enmesh.io/v1
 kind: Address
 metadata: {name: shop.invoices}
 spec: {addressSpace: shop, address: invoices, type: queue, plan: standard-queue}
+"""
+SHOP_CLERK = """
 ---
 apiVersion: enmesh.io/v1
 kind: MessagingUser
@@ -42,6 +48,7 @@ spec:
     - operations: [send, recv]
       addresses: [orders, invoices]
 """
+SHOP = SHOP_SPACE + SHOP_ORDERS + SHOP_INVOICES + SHOP_CLERK
 
 
 def mesh_target(mesh: Mesh, broker: RabbitMQBroker) -> Target:
@@ -55,7 +62,7 @@ def mesh_target(mesh: Mesh, broker: RabbitMQBroker) -> Target:
     ctl = Rabbitmqctl(
         "broker-0",
         (str(RABBITMQ_BIN / "rabbitmqctl"), "-n", broker.node),
-        broker._env(),  # noqa: SLF001 (the node's private environment: cookie, ports)
+        broker._env(),  # the node's private environment: cookie, ports
     )
     return from_deployment(deployment, signaller=Processes(pid), brokers={"broker-0": ctl})
 
