@@ -7,7 +7,9 @@ the values of password attributes are replaced before anything is compared or pr
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
 from typing import Any
 
 from enmesh.router.config_format import blocks
@@ -17,6 +19,16 @@ Attributes = dict[str, str]
 Entities = dict[tuple[str, str], Attributes]  # (entity type, key) -> attributes as text
 
 _SECRET_ATTRIBUTES = ("saslPassword", "password", "privateKeyPassword")
+SECRET_MARK = "********"
+# Secrets are compared through a keyed digest whose key lives only in this process: a
+# change shows, the value never does (not even as a digest one could guess against).
+_KEY = secrets.token_bytes(32)
+
+
+def _masked(value: str) -> str:
+    return f"{SECRET_MARK} {hmac.new(_KEY, value.encode(), 'sha256').hexdigest()}"
+
+
 _SINGLETONS = ("router", "policy", "tcpKeepalive")
 
 
@@ -45,7 +57,9 @@ def router_entities(text: str, where: str) -> Entities:
     found: Entities = {}
     for block in blocks(where, text, CONFIG_FILE_ENTITIES):
         attributes = {
-            name: "********" if name in _SECRET_ATTRIBUTES else _text(attribute.value)
+            name: _masked(_text(attribute.value))
+            if name in _SECRET_ATTRIBUTES
+            else _text(attribute.value)
             for name, attribute in block.attributes.items()
         }
         found[(block.type, _key(block.type, attributes))] = attributes

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from enmesh.control.entities import Entities, policy_entities, router_entities
+from enmesh.control.entities import SECRET_MARK, Entities, policy_entities, router_entities
 
 # Names RabbitMQ owns or makes for clients (the routers' topic queues): never ours to diff.
 _BROKER_OWNED_PREFIX = "amq."
@@ -45,12 +45,18 @@ def diff_entities(old: Entities, new: Entities) -> list[Change]:
             changes.append(Change(Action.REMOVE, kind, name))
         elif before != after:
             details = tuple(
-                f"{attr}: {before.get(attr, '(unset)')} -> {after.get(attr, '(unset)')}"
+                _detail(attr, before.get(attr, "(unset)"), after.get(attr, "(unset)"))
                 for attr in sorted(before.keys() | after.keys())
                 if before.get(attr) != after.get(attr)
             )
             changes.append(Change(Action.CHANGE, kind, name, details))
     return changes
+
+
+def _detail(attribute: str, old: str, new: str) -> str:
+    if SECRET_MARK in old or SECRET_MARK in new:
+        return f"{attribute}: (secret) changed"
+    return f"{attribute}: {old} -> {new}"
 
 
 # --- routers -----------------------------------------------------------------------------
@@ -150,7 +156,7 @@ class BrokerPlan:
         """Queues this plan deletes (removed, or replaced) that hold messages."""
         gone = [*self.removals.get("queues", []), *self.replace_queues]
         named = [(str(q["vhost"]), str(q["name"])) for q in gone]
-        return [(q, self.depths[q]) for q in named if self.depths.get(q, 0) > 0]
+        return sorted((q, self.depths[q]) for q in named if self.depths.get(q, 0) > 0)
 
 
 def broker_plan(
