@@ -166,6 +166,7 @@ def _deploy_commands(commands: Any) -> None:
     sasldb.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
     sasldb.set_defaults(run=_cmd_deploy_sasldb)
     control.add_reload_step(steps)
+    control.add_broker_step(steps)
 
 
 def build_parser() -> argparse.ArgumentParser:

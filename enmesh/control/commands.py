@@ -10,7 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from enmesh.compile import find_stack_file, load_stack
-from enmesh.control.apply import apply_stack
+from enmesh.control.apply import StackPlan, apply_stack
+from enmesh.control.brokers import (
+    Rabbitmqctl,
+    add_and_update,
+    export_definitions,
+    queue_depths,
+    remove,
+)
+from enmesh.control.errors import ApplyRefused
+from enmesh.control.output import change_lines
+from enmesh.control.plan import Action, broker_plan
 from enmesh.control.routers import RouterFiles, Signaller, Supervisord, Systemd, converge
 from enmesh.control.target import DEFAULT_RABBITMQCTL, on_this_host
 
@@ -69,6 +79,33 @@ def _cmd_reload(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_broker(args: argparse.Namespace) -> int:
+    """One phase of a broker's apply: `add` before the routers reload, `remove` after."""
+    desired = json.loads(
+        (args.config_dir / "brokers" / f"{args.broker}.definitions.json").read_text()
+    )
+    ctl = Rabbitmqctl(args.broker, (*DEFAULT_RABBITMQCTL[:2], args.node))
+    vhosts = [str(v["name"]) for v in desired.get("vhosts", [])]
+    plan = broker_plan(
+        args.broker, export_definitions(ctl), desired, queue_depths(ctl, vhosts), vhosts
+    )
+    refusals = StackPlan("", [], [plan], [], {}, {}).refusals(args.force)
+    if refusals:
+        raise ApplyRefused("nothing changed:\n  " + "\n  ".join(refusals))
+    forced = {q for q in plan.depths if q[1] in args.force or "/".join(q) in args.force}
+    wanted = [c for c in plan.changes if (c.action is Action.REMOVE) == (args.phase == "remove")]
+    if not wanted:
+        print(f"unchanged: broker {args.broker} ({args.phase})")
+        return 0
+    if args.phase == "add":
+        add_and_update(ctl, plan, desired, forced)
+    else:
+        remove(ctl, plan, forced)
+    print(f"changed: broker {args.broker} ({args.phase})")
+    print("\n".join(change_lines(wanted)))
+    return 0
+
+
 def _manager_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--manager",
@@ -117,3 +154,16 @@ def add_reload_step(steps: Any) -> None:
     )
     _manager_options(reload)
     reload.set_defaults(run=_cmd_reload)
+
+
+def add_broker_step(steps: Any) -> None:
+    broker = steps.add_parser(
+        "broker",
+        help="bring this host's broker to its installed definitions (add, or remove phase)",
+    )
+    broker.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
+    broker.add_argument("--broker", required=True, metavar="NAME")
+    broker.add_argument("--node", default="rabbit@localhost", metavar="NODE")
+    broker.add_argument("--phase", choices=("add", "remove"), required=True)
+    broker.add_argument("--force", nargs="*", default=[], metavar="QUEUE")
+    broker.set_defaults(run=_cmd_broker)

@@ -19,7 +19,7 @@ _VERB = {
 }
 
 
-def _lines(changes: Iterable[Change]) -> list[str]:
+def change_lines(changes: Iterable[Change]) -> list[str]:
     lines = []
     for change in changes:
         name = change.kind if change.key == change.kind else f"{change.kind} {change.key}"
@@ -42,12 +42,12 @@ def render(
             grouped.setdefault(router.changes, []).append(router.id)
     for changes, ids in grouped.items():
         label = "router" if len(ids) == 1 else "routers"
-        blocks.append("\n".join([f"{label} {', '.join(ids)}:", *_lines(changes)]))
+        blocks.append("\n".join([f"{label} {', '.join(ids)}:", *change_lines(changes)]))
     for broker in brokers:
         if broker.changes:
-            blocks.append("\n".join([f"broker {broker.name}:", *_lines(broker.changes)]))
+            blocks.append("\n".join([f"broker {broker.name}:", *change_lines(broker.changes)]))
     if users:
-        blocks.append("\n".join(["users:", *_lines(users)]))
+        blocks.append("\n".join(["users:", *change_lines(users)]))
     counts = Counter(
         c.action
         for c in [
