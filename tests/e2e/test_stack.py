@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+import subprocess
+import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,3 +210,55 @@ def test_queue_messages_survive_a_broker_restart(
             received.append(str(message.body))
     consumer.close()
     assert sorted(received) == sorted(bodies)
+
+
+def _apply(stack_file: Path) -> str:
+    """`enmesh apply` as an operator runs it on this host (supervisord, rabbit@localhost)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "enmesh.cli", "apply", "--stack", str(stack_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_a_model_change_is_applied_live_and_undone(
+    host: Any, deployment: dict[str, Any], stack: Stack, tmp_path: Path
+) -> None:
+    """The path `make up` takes for a changed model: no router restarts (same pids), the new
+    queue carries a message, and applying the deployed model again restores it exactly."""
+    routers = [f"enmesh-router-{r['id']}" for r in deployment["routers"]]
+    pids = {name: host.supervisor(name).pid for name in routers}
+    stacks = Path(__file__).resolve().parents[2] / "stacks"
+    model = (stacks / "iot.model.yml").read_text()
+    changed = tmp_path / "iot.model.yml"
+    changed.write_text(
+        model.replace(
+            "addresses: [telemetry, events, readings]",
+            "addresses: [telemetry, events, readings, e2e-live]",
+        ).replace(
+            "addresses: [telemetry, events, readings, alerts, audit, dlq]",
+            "addresses: [telemetry, events, readings, alerts, audit, dlq, e2e-live]",
+        )
+        + "\n---\napiVersion: enmesh.io/v1\nkind: Address\nmetadata: {name: iot.e2e-live}\n"
+        "spec: {addressSpace: iot, address: e2e-live, type: queue, plan: standard-queue}\n"
+    )
+    stack_file = tmp_path / "local.stack.yml"
+    stack_file.write_text((stacks / "local.stack.yml").read_text())
+    try:
+        out = _apply(stack_file)
+        assert "+ address iot/e2e-live" in out and "+ queue enmesh/iot.e2e-live" in out, out
+        with stack.connect(stack.urls[0], "device@iot", "iot") as connection:
+            connection.create_sender("e2e-live").send(Message(body="live"))
+        with stack.connect(stack.urls[-1], "backend@iot", "iot") as connection:
+            receiver = connection.create_receiver("e2e-live")
+            assert receiver.receive(timeout=30).body == "live"
+            receiver.accept()
+    finally:
+        undone = _apply(stacks / "local.stack.yml")
+    assert "- queue enmesh/iot.e2e-live" in undone, undone
+    assert "no changes" in _apply(stacks / "local.stack.yml")
+    assert {name: host.supervisor(name).pid for name in routers} == pids
