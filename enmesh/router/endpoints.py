@@ -14,6 +14,7 @@ from proton import Endpoint, Link
 
 ATTRIBUTE_PREFIX = "enmesh_"  # every attribute the router sets on a link starts with it
 _CLOSED_BOTH_WAYS = int(Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED)
+_FREED = "freed_by_router"  # no ATTRIBUTE_PREFIX: forget_attributes must keep it
 
 
 def forget_attributes(link: Link) -> None:
@@ -30,6 +31,16 @@ def closed_both_ways(link: Link) -> bool:
 
 
 def release(link: Link) -> None:
-    """The link is over on both sides: let proton free it and everything hung on it."""
+    """The link is over on both sides: let proton free it and everything hung on it.
+
+    Idempotent. Both close events of a link can find it closed both ways: a link refused
+    (closed here) while the peer's detach is already queued gets its remote-close event
+    first and its local-close event after it. proton's pn_link_free must run only once:
+    a second call adds the link to its session's freed list again, and freeing the session
+    later frees the link twice (glibc "double free", or a corrupted heap and a SIGSEGV).
+    """
+    if getattr(link, _FREED, False):
+        return
     forget_attributes(link)
+    setattr(link, _FREED, True)  # lives in the link's record until proton finalizes it
     link.free()

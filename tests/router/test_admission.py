@@ -175,6 +175,22 @@ def test_short_fuzz_leaves_no_traceback_and_no_growth(make_router) -> None:  # t
     assert end_kb <= start_kb * 1.10, f"RSS {start_kb} -> {end_kb} kB"
 
 
+def test_a_refused_attach_detached_in_the_same_write_does_not_kill_the_router(make_router) -> None:  # type: ignore[no-untyped-def]
+    # The refusal closes the link while the peer's detach waits in the same batch of
+    # events: both close events see it closed both ways (it was freed twice: SIGSEGV).
+    mesh = make_router({"loginThrottle": {"maxFailures": 10**9}}, model=probes.ANONYMOUS_MODEL)
+    router = mesh.routers[0]
+    assert router.process is not None
+    login = probes.anonymous_session(link=None) + probes.begin_frame()
+    detach = probes.frame(probes.described(0x16, [probes.uint(0), probes.TRUE]))
+    close = probes.frame(probes.described(0x18, []))
+    data = login + probes.attach_frame(b"link", b"x@y") + detach + close
+    for _ in range(20):
+        reply = probes.exchange(router.amqp_port, data)
+        assert b"'@' is reserved in addresses" in reply
+    assert router.process.poll() is None, router.log_tail()
+
+
 @pytest.mark.xfail(reason="open: mutated frames after open crash proton's C code (SIGSEGV)")
 def test_mutated_frames_do_not_kill_the_router(make_router) -> None:  # type: ignore[no-untyped-def]
     mesh = make_router({"loginThrottle": {"maxFailures": 10**9}}, model=probes.ANONYMOUS_MODEL)
