@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from enmesh.compile import admission, auth, broker, deploy, monitoring, router
+from enmesh.compile.engines import profile_of
+from enmesh.compile.engines.check import policy_problems, refuse_unserved, require_valid
 from enmesh.compile.layout import Layout
 from enmesh.compile.stack import Stack, load_stack
 from enmesh.gcpause import paused_gc
@@ -56,6 +58,8 @@ def compile_model(stack: Stack, model: Model) -> Artefacts:
 
 def _compile(layout: Layout) -> Artefacts:
     stack = layout.stack
+    profile = profile_of(stack.spec.routers.engine)
+    refuse_unserved(layout, profile)  # before anything is written: name what is missing
     files: dict[str, str] = {}
     for router_id, conf in router.render_routers(layout).items():
         files[f"routers/{router_id}.conf"] = conf
@@ -68,7 +72,10 @@ def _compile(layout: Layout) -> Artefacts:
     files["auth/sasl2/qdrouterd.conf"] = auth.sasl_config(layout)
     files[admission.ADMISSION_FILE] = to_json(admission.admission(stack.spec.security))
     for tenant in layout.standard_tenants:
-        files[f"auth/policies/{tenant.name}.json"] = to_json(auth.vhost_policy(tenant))
+        policy = auth.vhost_policy(tenant)
+        where = f"auth/policies/{tenant.name}.json"
+        require_valid(policy_problems(profile, policy, where), profile)
+        files[where] = to_json(policy)
     if monitoring.enabled(layout):
         files[monitoring.CONFIG_FILE] = to_json(monitoring.prometheus_config(layout))
         files[monitoring.RULES_FILE] = to_json(monitoring.rules(layout))

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from enmesh.compile.admission import SecurityPolicy
+from enmesh.compile.engines import Engine
 from enmesh.model.problems import ModelInvalidError, Problem
 from enmesh.model.schema import validate_as
 from enmesh.model.source import load_documents
@@ -44,6 +45,8 @@ class RouterPorts(_Strict):
 
 
 class Routers(_Strict):
+    # The router that runs the configs: they are compiled for and checked against it.
+    engine: Engine = Engine.ENMESH_ROUTER
     count: Annotated[int, Field(strict=True, ge=1, le=64)] = 3
     topology: MeshTopology = MeshTopology.FULL_MESH
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], min_length=1)

@@ -1,7 +1,7 @@
 """Every entity and attribute of qdrouterd 1.19's configuration: implemented, ignored with
 exactly one warning, or refused as recognised but not supported; nothing silently accepted.
 
-The list of qdrouterd's names is committed (tests/unit/qdrouterd-1.19-config-names.json,
+The list of qdrouterd's names is committed (enmesh/compile/engines/qdrouterd-1.19-config-names.json,
 names only), so this test needs no qdrouterd checkout.
 """
 
@@ -17,8 +17,9 @@ import pytest
 from enmesh.router.config import RouterConfig, RouterConfigError, load_router_config
 from enmesh.router.config_schema import SCHEMA, Attribute, Disposition, EntityType
 
+ENGINES = Path(__file__).resolve().parents[2] / "enmesh" / "compile" / "engines"
 NAMES = json.loads(
-    (Path(__file__).parent / "qdrouterd-1.19-config-names.json").read_text(encoding="utf-8")
+    (ENGINES / "qdrouterd-1.19-config-names.json").read_text(encoding="utf-8")
 )["entities"]
 # Recognised beyond qdrouterd's settable names: console's (it refuses them itself) and
 # group keys qdrouterd's policy reads though its schema marks them read-only.
