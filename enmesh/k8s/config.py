@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from enmesh.compile.engines import Engine
 from enmesh.compile.stack import TlsVersion
 
 NAMESPACE = "enmesh"
@@ -60,14 +61,13 @@ class Provider(StrEnum):
         return "LoadBalancer" if self.managed else "NodePort"
 
 
-class RouterEngine(StrEnum):
-    SKUPPER = "skupper"  # skupper-router: reads the compiled qdrouterd.conf as is
-    ENMESH = "enmesh"  # enmesh's own router image
-
-
+# The compiler's engines: the configs are compiled for and checked against the one chosen.
+RouterEngine = Engine
+ENMESH_IMAGE = "ghcr.io/enmesh/enmesh:0.1.0"
+# qdrouterd has no official image: a stack that runs it names its own (routerImage).
 DEFAULT_IMAGES = {
-    RouterEngine.SKUPPER: "quay.io/skupper/skupper-router:3.4.1",
-    RouterEngine.ENMESH: "ghcr.io/enmesh/enmesh:0.1.0",
+    RouterEngine.ENMESH_ROUTER: ENMESH_IMAGE,
+    RouterEngine.SKUPPER_ROUTER: "quay.io/skupper/skupper-router:3.4.1",
 }
 CLOUD_ONLY = ("region", "nodeCount", "nodeSize", "gcpProject")
 
@@ -85,9 +85,10 @@ class KubeStackConfig(BaseModel):
     kubeContext: str | None = None  # noqa: N815
     dnsNames: list[DnsName] = Field(default_factory=list)  # noqa: N815
     tlsMinVersion: TlsVersion = TlsVersion.TLS_1_2  # noqa: N815  (the stack's `tls.minVersion`)
-    routerEngine: RouterEngine = RouterEngine.SKUPPER  # noqa: N815
+    # enmesh-router serves every model; skupper-router 3.x no address space (no multiTenant).
+    routerEngine: RouterEngine = RouterEngine.ENMESH_ROUTER  # noqa: N815
     routerImage: str | None = None  # noqa: N815
-    toolsImage: str = DEFAULT_IMAGES[RouterEngine.ENMESH]  # noqa: N815
+    toolsImage: str = ENMESH_IMAGE  # noqa: N815
     routerMinReplicas: Annotated[int, Field(ge=1, le=64)] = 2  # noqa: N815
     routerCpu: Quantity = "250m"  # noqa: N815
     routerMemory: Quantity = "256Mi"  # noqa: N815
@@ -130,13 +131,18 @@ class KubeStackConfig(BaseModel):
             ]
         if self.provider is not Provider.GCP and self.gcpProject is not None:
             problems.append(f"{NAMESPACE}:gcpProject: only for gcp stacks")
+        if self.routerImage is None and self.routerEngine not in DEFAULT_IMAGES:
+            problems.append(
+                f"{NAMESPACE}:routerImage: required with routerEngine {self.routerEngine} "
+                "(there is no default image for it)"
+            )
         if problems:
             raise ValueError("; ".join(sorted(set(problems))))
         return self
 
     @property
     def router_image(self) -> str:
-        return self.routerImage or DEFAULT_IMAGES[self.routerEngine]
+        return self.routerImage or DEFAULT_IMAGES[self.routerEngine]  # checked above
 
 
 def _decode(value: Any) -> Any:

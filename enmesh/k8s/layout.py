@@ -118,6 +118,7 @@ def kube_layout(config: KubeStackConfig, stack_name: str, stacks_dir: Path) -> K
     spec = StackSpec(
         models=config.models,
         routers=Routers(
+            engine=config.routerEngine,  # compiled for it; a model it cannot serve is refused
             count=router_max,
             hosts=[names.router_pod_host(i) for i in range(router_max)],
             ports=RouterPorts(**PORTS),

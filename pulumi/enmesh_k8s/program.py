@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime.config import CONFIG
 
+from enmesh.compile.errors import CompileError
 from enmesh.compile.layout import ROUTER_BROKER_SECRET
 from enmesh.k8s.config import KubeStackConfig, StackConfigError, parse_config
 from enmesh.k8s.layout import KubeLayout, kube_layout
@@ -33,7 +34,7 @@ def load(stack: str, raw_config: dict[str, Any]) -> tuple[KubeStackConfig, KubeL
     try:
         config = parse_config(raw_config, source)
         return config, kube_layout(config, stack, STACKS_DIR)
-    except (StackConfigError, ModelInvalidError) as error:
+    except (StackConfigError, ModelInvalidError, CompileError) as error:
         raise pulumi.RunError(str(error)) from None
 
 

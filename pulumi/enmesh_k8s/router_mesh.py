@@ -22,13 +22,15 @@ core = k8s.core.v1
 ROUTER_USER = 10000  # skupper-router's and enmesh's images both run as this uid
 CONFIG_PREFIXES = ("routers/", "auth/", "deploy.json")
 COMMANDS = {
-    RouterEngine.SKUPPER: ["skrouterd", "-c"],
-    RouterEngine.ENMESH: ["enmesh-router", "--config"],
+    RouterEngine.SKUPPER_ROUTER: ["skrouterd", "-c"],
+    RouterEngine.QDROUTERD: ["qdrouterd", "-c"],
+    RouterEngine.ENMESH_ROUTER: ["enmesh-router", "--config"],
 }
 # Login throttling and handshake limits: enmesh-router only (qdrouterd has no such entity).
 EXTRA_ARGS: dict[RouterEngine, list[str]] = {
-    RouterEngine.SKUPPER: [],
-    RouterEngine.ENMESH: ["--admission", f"{PATHS.config}/auth/admission.json"],
+    RouterEngine.SKUPPER_ROUTER: [],
+    RouterEngine.QDROUTERD: [],
+    RouterEngine.ENMESH_ROUTER: ["--admission", f"{PATHS.config}/auth/admission.json"],
 }
 
 

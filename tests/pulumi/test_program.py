@@ -217,7 +217,11 @@ def test_each_router_pod_runs_its_own_compiled_config(stack: str) -> None:
     capture = capture_of(stack)
     router = _one(capture, "StatefulSet", f"{stack}-router")
     container = pod_spec(router)["containers"][0]  # type: ignore[index]
-    assert container["command"][-1] == "/etc/enmesh/routers/$(POD_NAME).conf"
+    assert container["command"][:3] == [
+        "enmesh-router",
+        "--config",
+        "/etc/enmesh/routers/$(POD_NAME).conf",
+    ]
     items = _volumes(router)["config"]["secret"]["items"]
     paths = {i["path"] for i in items}
     hpa = _one(capture, "HorizontalPodAutoscaler", f"{stack}-router")
@@ -230,12 +234,13 @@ def test_each_router_pod_runs_its_own_compiled_config(stack: str) -> None:
 
 
 def test_the_router_engine_picks_the_image_and_command() -> None:
-    capture = run_with("local", routerEngine="enmesh")
-    container = pod_spec(_one(capture, "StatefulSet", "local-router"))["containers"][0]  # type: ignore[index]
+    container = pod_spec(_one(capture_of("local"), "StatefulSet", "local-router"))["containers"][0]  # type: ignore[index]
     assert container["image"] == "ghcr.io/enmesh/enmesh:0.1.0"
     assert container["command"][0] == "enmesh-router"
-    skupper = pod_spec(_one(capture_of("local"), "StatefulSet", "local-router"))["containers"][0]  # type: ignore[index]
-    assert skupper["command"][0] == "skrouterd"
+    capture = run_with("local", routerEngine="qdrouterd", routerImage="registry.example/qdr:1.19")
+    qdrouterd = pod_spec(_one(capture, "StatefulSet", "local-router"))["containers"][0]  # type: ignore[index]
+    assert qdrouterd["command"][:2] == ["qdrouterd", "-c"]
+    assert qdrouterd["image"] == "registry.example/qdr:1.19"
 
 
 def _model_variant(tmp_path: Path, routers: int, brokers: int, extra: str | None = None) -> str:

@@ -5,7 +5,6 @@ refuses and names the features, who needs them and which engines have them."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from enmesh.compile.engines import Engine, Feature, profile_of
 from enmesh.compile.engines.check import config_problems
 from enmesh.compile.qdrouterd import Entity
 from enmesh.model import load_model
+from tests.support.engine_names import names_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_FILES = {
@@ -42,46 +42,11 @@ def _compile(name: str, engine: Engine, model_files: list[Path] | None = None) -
     return compile_model(_with_engine(stack, engine), load_model(model_files or models)).files
 
 
-def _parse_conf(text: str) -> list[tuple[str, dict[str, str]]]:
-    """The rendered qdrouterd.conf read back: (entity, {attribute: value})."""
-    entities: list[tuple[str, dict[str, str]]] = []
-    for line in text.splitlines():
-        if opened := re.fullmatch(r"(\w+) \{", line):
-            entities.append((opened.group(1), {}))
-        elif item := re.fullmatch(r" {4}(\w+): (.*)", line):
-            entities[-1][1][item.group(1)] = item.group(2)
-    return entities
-
-
-def _names_problems(engine: Engine, files: dict[str, str]) -> list[str]:
-    accepted = profile_of(engine).entities
-    problems = []
-    for path, text in files.items():
-        if path.startswith("routers/"):
-            entities = _parse_conf(text)
-            assert entities, path
-        elif path.startswith("auth/policies/"):
-            entities = [(kind, settings) for kind, settings in json.loads(text)]
-            entities += [
-                ("vhostUserGroupSettings", group)
-                for _, settings in json.loads(text)
-                for group in settings["groups"].values()
-            ]
-        else:
-            continue
-        for kind, attributes in entities:
-            problems += [f"{path}: {kind}" for _ in [1] if kind not in accepted]
-            problems += [
-                f"{path}: {kind}.{a}" for a in attributes if a not in accepted.get(kind, {})
-            ]
-    return problems
-
-
 @pytest.mark.parametrize("engine", SERVING)
 @pytest.mark.parametrize("name", sorted(STACK_FILES))
 def test_every_name_written_is_one_the_engine_accepts(name: str, engine: Engine) -> None:
     files = _compile(name, engine)
-    assert _names_problems(engine, files) == []
+    assert names_problems(engine, files) == []
     conf = files[f"routers/{name}-router-0.conf"]
     assert "saslConfigDir: " in conf and "saslConfigPath" not in conf
     assert "multiTenant: true" in conf and "waypoint: true" in conf
@@ -125,7 +90,7 @@ def _brokered_only(tmp_path: Path) -> list[Path]:
 
 def test_a_model_skupper_router_can_serve_compiles_to_names_it_accepts(tmp_path: Path) -> None:
     files = _compile("multi", Engine.SKUPPER_ROUTER, _brokered_only(tmp_path))
-    assert _names_problems(Engine.SKUPPER_ROUTER, files) == []
+    assert names_problems(Engine.SKUPPER_ROUTER, files) == []
     conf = files["routers/multi-router-0.conf"]
     assert "multiTenant" not in conf and "saslConfigDir: /opt/enmesh/etc/auth/sasl2" in conf
 
