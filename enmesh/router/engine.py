@@ -174,6 +174,14 @@ class _Drain:
         pass
 
 
+class InputScreen(Protocol):
+    """Sees every chunk a peer sends before proton does, until it is `done`."""
+
+    done: bool
+
+    def feed(self, data: bytes) -> str | None: ...
+
+
 class EngineHandler(Protocol):
     """What a ProtonSocket reports to: every proton event, then its end."""
 
@@ -195,10 +203,12 @@ class ProtonSocket:
         connecting: bool = False,
         connection: Connection | None = None,
         screen: Callable[[bytes], str | None] | None = None,
+        input_screen: InputScreen | None = None,
     ) -> None:
         self.loop = loop
         # Sees the first bytes before proton does; a reason it returns drops the socket.
         self.screen = screen
+        self.input_screen = input_screen  # the same for every chunk, while it wants them
         self.sock = sock
         self.transport = transport
         self.handler = handler
@@ -238,6 +248,13 @@ class ProtonSocket:
             return
         if data and self.screen is not None:
             refusal, self.screen = self.screen(data), None
+            if refusal:
+                self._fail(refusal)
+                return
+        if data and self.input_screen is not None:
+            refusal = self.input_screen.feed(data)
+            if self.input_screen.done:
+                self.input_screen = None
             if refusal:
                 self._fail(refusal)
                 return

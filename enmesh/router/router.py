@@ -57,6 +57,7 @@ from enmesh.router.mesh import Mesh, RouterAdvertisement
 from enmesh.router.policy import Vhost, VhostGroup
 from enmesh.router.relay import CAPABILITY as RELAY_CAPABILITY
 from enmesh.router.relay import Relay
+from enmesh.router.saslscreen import SaslInputScreen
 
 log = logging.getLogger("enmesh.router")
 
@@ -233,7 +234,10 @@ class Router:
             strip=listener.strip_annotations,
         )
         screen = security.first_bytes_screen(listener.require_ssl)
-        conn = ProtonSocket(self.loop, sock, transport, self, peer=peer, screen=screen)
+        sasl_screen = SaslInputScreen()
+        conn = ProtonSocket(
+            self.loop, sock, transport, self, peer=peer, screen=screen, input_screen=sasl_screen
+        )
         self._adopt(conn, info)
         timeout = listener.initial_handshake_timeout_seconds
         self.admission.start(conn, info.identity, info.name, timeout)
