@@ -82,7 +82,6 @@ def dead_letter_queues(layout: Layout) -> list[str]:
 
 def rules(layout: Layout) -> dict[str, Any]:
     alerts = layout.stack.spec.monitoring.alerts
-    others = len(layout.routers) - 1
     recording = [
         {
             "record": name,
@@ -109,13 +108,16 @@ def rules(layout: Layout) -> dict[str, Any]:
             "critical",
             "Router {{ $labels.router }} ({{ $labels.instance }}) is not answering scrapes.",
         ),
+        # Against the routers answering scrapes, not the compiled count: on Kubernetes the
+        # autoscaler runs fewer than the compiled routers, and a router that is down is
+        # EnmeshRouterDown's to report.
         _alert(
             "EnmeshMeshPartitioned",
-            f"enmesh_router_reachable_routers < {others}",
+            f'enmesh_router_reachable_routers < scalar(count(up{{job="{ROUTER_JOB}"}} == 1)) - 1',
             "1m",
             "critical",
-            "Router {{ $labels.router }} reaches {{ $value }} of the "
-            f"{others} other routers: the mesh is partitioned.",
+            "Router {{ $labels.router }} reaches {{ $value }} other routers, fewer than "
+            "the routers answering scrapes: the mesh is partitioned.",
         ),
         _alert(
             "EnmeshBrokerDown",
