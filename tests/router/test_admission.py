@@ -211,3 +211,5 @@ def test_mutated_frames_do_not_kill_the_router(make_router) -> None:  # type: ig
     with contextlib.suppress(ConnectionRefusedError):  # what a dead router answers
         fuzz.run_fuzz(router.amqp_port, 20, seed=5, kinds=("mutated", "performatives"))
     assert router.process.poll() is None, f"router exited with {router.process.returncode}"
+    assert fuzz.tracebacks(router.log) == 0
+    assert "enmesh_router_uptime_seconds" in router.metrics()  # still serving
