@@ -33,6 +33,14 @@ DnsLabel = Annotated[
 ]
 DnsName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9*]([-a-z0-9.]*[a-z0-9])?$")]
 KubernetesVersion = Annotated[str, StringConstraints(pattern=r"^1\.[0-9]{2}$")]
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+# `key=value` (Pulumi.yaml config has no object type): a Kubernetes label key and value.
+LabelPair = Annotated[
+    str,
+    StringConstraints(
+        pattern=rf"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?{_LABEL_NAME}=({_LABEL_NAME})?$"
+    ),
+]
 
 
 class KubeStackError(ValueError):
@@ -101,6 +109,10 @@ class KubeStackConfig(BaseModel):
     keycloakImage: str = "quay.io/keycloak/keycloak:26.0.7"  # noqa: N815
     postgresImage: str = "postgres:16.6"  # noqa: N815
     keycloakStorageSize: Quantity = "5Gi"  # noqa: N815
+    # The cluster runs the Prometheus operator: PodMonitor, ServiceMonitor, PrometheusRule.
+    prometheusOperator: bool = False  # noqa: N815
+    # Labels the operator's Prometheus selects monitors and rules by (e.g. release: ...).
+    monitorLabels: list[LabelPair] = Field(default_factory=list)  # noqa: N815
     region: str | None = None
     nodeCount: Annotated[int, Field(ge=1, le=100)] | None = None  # noqa: N815
     nodeSize: str | None = None  # noqa: N815
@@ -136,6 +148,11 @@ class KubeStackConfig(BaseModel):
                 f"{NAMESPACE}:routerImage: required with routerEngine {self.routerEngine} "
                 "(there is no default image for it)"
             )
+        if self.monitorLabels and not self.prometheusOperator:
+            problems.append(
+                f"{NAMESPACE}:monitorLabels: only with {NAMESPACE}:prometheusOperator: true "
+                "(without the operator no monitors are created)"
+            )
         if problems:
             raise ValueError("; ".join(sorted(set(problems))))
         return self
@@ -143,6 +160,10 @@ class KubeStackConfig(BaseModel):
     @property
     def router_image(self) -> str:
         return self.routerImage or DEFAULT_IMAGES[self.routerEngine]  # checked above
+
+    @property
+    def monitor_labels(self) -> dict[str, str]:
+        return {key: value for key, _, value in (p.partition("=") for p in self.monitorLabels)}
 
 
 def _decode(value: Any) -> Any:

@@ -1,7 +1,8 @@
 """Every captured object against the Kubernetes JSON schemas, plus enmesh's own rules.
 
 kubernetes-validate carries the schemas per Kubernetes version; the stack's
-`kubernetesVersion` picks them. Our rules on top: every container (init containers too)
+`kubernetesVersion` picks them; the Prometheus operator's kinds are checked against
+`monitoring_schema`. Our rules on top: every container (init containers too)
 has requests and limits and a non-root, read-only, no-escalation securityContext, and
 every long-running container has readiness and liveness probes.
 """
@@ -11,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 from kubernetes_validate.utils import all_versions
 
+from enmesh.k8s import monitoring_schema
 from enmesh.k8s.capture import object_key
 
 
@@ -46,6 +49,9 @@ def schema_problems(objects: Iterable[Mapping[str, Any]], minor: str) -> list[st
     version = schema_version(minor)
     problems = []
     for obj in objects:
+        if obj.get("apiVersion") == monitoring_schema.API_VERSION:
+            problems += _custom_problems(obj)
+            continue
         try:
             kubernetes_validate.validate(dict(obj), version, strict=True)
         except kubernetes_validate.ValidationError as error:
@@ -54,6 +60,18 @@ def schema_problems(objects: Iterable[Mapping[str, Any]], minor: str) -> list[st
         except kubernetes_validate.SchemaNotFoundError as error:
             problems.append(f"{_name(obj)}: no schema ({error})")
     return problems
+
+
+def _custom_problems(obj: Mapping[str, Any]) -> list[str]:
+    """A Prometheus operator object against the schema of its kind (monitoring_schema)."""
+    schema = monitoring_schema.SCHEMAS.get(str(obj.get("kind")))
+    if schema is None:
+        return [f"{_name(obj)}: no schema (kinds: {', '.join(sorted(monitoring_schema.SCHEMAS))})"]
+    validator = jsonschema.Draft7Validator(schema)
+    return [
+        f"{_name(obj)}: {'/'.join(str(p) for p in error.absolute_path)}: {error.message[:300]}"
+        for error in sorted(validator.iter_errors(dict(obj)), key=lambda e: str(e.absolute_path))
+    ]
 
 
 def pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -21,6 +21,7 @@ from enmesh_k8s.broker_cluster import BrokerCluster
 from enmesh_k8s.cluster import Cluster
 from enmesh_k8s.credentials import Credentials
 from enmesh_k8s.keycloak import Keycloak
+from enmesh_k8s.monitoring import Monitoring
 from enmesh_k8s.network import NetworkPolicies, namespace
 from enmesh_k8s.router_mesh import RouterMesh
 from enmesh_k8s.tls import CertificateSpec, Tls
@@ -101,6 +102,8 @@ def build() -> dict[str, Any]:
         passwords={s: p for s, p in credentials.passwords.items() if s in user_secrets},
         opts=opts,
     )
+    if config.prometheusOperator:
+        Monitoring("monitoring", layout=layout, config=config, opts=opts)
     outputs: dict[str, Any] = {
         "namespace": names.namespace,
         "endpoint": mesh.endpoint,
