@@ -3,7 +3,8 @@
 `up` runs `playbooks/site.yml` on `stacks/<name>.inventory.yml` with Ansible's own
 progress output, then the smoke check, then prints the endpoints; `down` runs
 `playbooks/teardown.yml`; `status` probes every router and broker port the stack
-declares and the routers' view of the mesh. The playbook's last play writes
+declares and the routers' view of the mesh, then Prometheus and Spark (observability.py).
+The playbook's last play writes
 `build/<stack>/endpoints.json` (URLs, CA and secrets locations as the deployer sees them),
 which `status` and the smoke check read.
 """
@@ -22,6 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from enmesh.deploy import observability
 from enmesh.deploy.smoke import Access, Stack, run_smoke
 
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
@@ -149,6 +151,8 @@ def describe(endpoints: dict[str, Any], deployment: dict[str, Any], build_dir: P
         f"Passwords: {endpoints['secrets']}/<secret>/password (one file per user, mode 0600)",
         f"CA certificate: {endpoints['ca']}",
         "",
+        *observability.describe_lines(deployment, endpoints),
+        "",
         "Try it:",
     ]
     lines += _try_it(endpoints, deployment, build_dir)
@@ -227,4 +231,8 @@ def status(project: Project) -> int:
         healthy &= not down_ports
         detail = f"ports {', '.join(down_ports)} closed" if down_ports else "all ports open"
         print(f"  {'DOWN' if down_ports else 'up  '}  broker {broker['name']:<20} {host}  {detail}")
+    endpoints = project.endpoints() if (project.build_dir / "endpoints.json").is_file() else {}
+    for probe in observability.probes(deployment, endpoints):
+        healthy &= probe.ok
+        print(probe.line())
     return 0 if healthy else 3

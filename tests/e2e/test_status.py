@@ -1,0 +1,45 @@
+"""`enmesh status` against the running stack: every probe up, Prometheus and Spark included."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.mesh import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _status(stack: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "enmesh.cli", "status", "--stack", stack, "--project-dir", ROOT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_status_probes_prometheus_and_spark(
+    deployment: dict[str, Any], endpoints: dict[str, Any]
+) -> None:
+    last: list[subprocess.CompletedProcess[str]] = []
+
+    def healthy() -> bool:
+        last[:] = [_status(deployment["stack"])]
+        return last[0].returncode == 0
+
+    # A broker another test restarted is down for Prometheus until its next scrape (15 s).
+    try:
+        wait_until(healthy, 90, "enmesh status to report the stack healthy", interval=5)
+    except TimeoutError:
+        raise AssertionError(last[0].stdout + last[0].stderr) from None
+    out = last[0].stdout
+    if deployment.get("monitoring"):
+        assert "up    prometheus" in out and " targets up" in out, out
+    # The e2e stack runs the pipeline (test_pipeline.py): the spark role recorded it.
+    assert [s["job"] for s in endpoints["spark"]] == ["enmesh-telemetry"], endpoints
+    for probe in ("spark master", "spark worker", "spark job"):
+        assert f"up    {probe}" in out, out
