@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
-APT_PACKAGES=(libsasl2-dev sasl2-bin libsasl2-modules openssl libssl-dev pkg-config openjdk-17-jre-headless
+APT_PACKAGES=(libsasl2-dev sasl2-bin libsasl2-modules openssl libssl-dev pkg-config patch openjdk-17-jre-headless
               rabbitmq-server supervisor prometheus)
 STAMP="$VENV/.enmesh-requirements.sha256"
 
@@ -63,15 +63,29 @@ else
 fi
 
 step "python-qpid-proton with Cyrus SASL"
-if "$VENV/bin/python" -c 'import proton, sys; sys.exit(0 if proton.SASL.extended() else 1)' 2>/dev/null; then
-  echo "    present, SASL.extended() is true"
+# Built from its sdist with our patches (scripts/patches/, each says why) applied; the
+# stamp records which patches the installed build has, so a new patch rebuilds it.
+PROTON_VERSION=0.40.0
+PROTON_STAMP="$VENV/.enmesh-proton.sha256"
+proton_want=$(cat scripts/patches/python-qpid-proton-$PROTON_VERSION-*.patch | sha256sum | cut -d' ' -f1)
+if "$VENV/bin/python" -c 'import proton, sys; sys.exit(0 if proton.SASL.extended() else 1)' 2>/dev/null \
+   && [[ -f $PROTON_STAMP && $(cat "$PROTON_STAMP") == "$proton_want" ]]; then
+  echo "    present, SASL.extended() is true, patches applied"
 else
-  echo "    building from the sdist (about a minute)"
+  echo "    building $PROTON_VERSION from the sdist with scripts/patches/ (about a minute)"
+  build=$(mktemp -d)
+  trap 'rm -rf "$build"' EXIT
+  quietly "$VENV/bin/pip" download --no-cache-dir --no-deps --no-binary :all: -d "$build" \
+    "python-qpid-proton==$PROTON_VERSION"
+  tar -xzf "$build"/python_qpid_proton-$PROTON_VERSION.tar.gz -C "$build"
+  for patch_file in scripts/patches/python-qpid-proton-$PROTON_VERSION-*.patch; do
+    quietly patch -p1 -d "$build/python_qpid_proton-$PROTON_VERSION" -i "$PWD/$patch_file"
+  done
   "$VENV/bin/pip" uninstall -q -y python-qpid-proton >/dev/null 2>&1 || true
-  quietly "$VENV/bin/pip" install --no-cache-dir --no-binary python-qpid-proton \
-    'python-qpid-proton>=0.40,<0.41'
+  quietly "$VENV/bin/pip" install --no-cache-dir "$build/python_qpid_proton-$PROTON_VERSION"
   "$VENV/bin/python" -c 'import proton, sys; sys.exit(0 if proton.SASL.extended() else 1)' || {
     echo "error: python-qpid-proton was built without Cyrus SASL; is libsasl2-dev installed?" >&2; exit 1; }
+  echo "$proton_want" > "$PROTON_STAMP"
 fi
 
 step "python requirements"

@@ -204,6 +204,21 @@ def test_a_sasl_response_before_the_init_is_dropped_before_cyrus_sees_it(make_ro
     assert router.process.poll() is None, router.log_tail()
 
 
+def test_sasl_frames_out_of_order_inside_tls_do_not_kill_the_router(make_router) -> None:  # type: ignore[no-untyped-def]
+    # The plaintext screen cannot read inside TLS: proton itself refuses them (our patch of
+    # its sasl.c, scripts/patches/), ending only that connection.
+    mesh = make_router({"loginThrottle": {"maxFailures": 10**9}}, model=probes.ANONYMOUS_MODEL)
+    router = mesh.routers[0]
+    assert router.process is not None
+    response = probes.frame(probes.described(0x43, [b"\xa0\x03abc"]), sasl=True)
+    init = probes.frame(probes.described(0x41, [probes.symbol("ANONYMOUS")]), sasl=True)
+    for attack in (response, init + init):
+        probes.exchange_tls(router.amqps_port, mesh.ca, probes.SASL_HEADER + attack)
+        assert router.process.poll() is None, router.log_tail()
+    opened = probes.exchange(router.amqp_port, probes.anonymous_session() + CLOSE)
+    assert AMQP_OPEN.search(opened), "the next client is served"
+
+
 def test_mutated_frames_do_not_kill_the_router(make_router) -> None:  # type: ignore[no-untyped-def]
     mesh = make_router({"loginThrottle": {"maxFailures": 10**9}}, model=probes.ANONYMOUS_MODEL)
     router = mesh.routers[0]

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import selectors
 import socket
+import ssl
 import struct
 import time
+from pathlib import Path
 from typing import Any
 
 from proton import Connection, Event, Transport
@@ -182,6 +184,28 @@ def exchange(port: int, data: bytes, timeout: float = 10.0, source: str = "127.0
             try:
                 chunk = sock.recv(65536)
             except (TimeoutError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            received += chunk
+    return received
+
+
+def exchange_tls(port: int, ca: Path, data: bytes, timeout: float = 10.0) -> bytes:
+    """`exchange` inside TLS (the server's certificate checked against `ca`)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.check_hostname = False
+    received = b""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw,
+        context.wrap_socket(raw) as sock,
+    ):
+        sock.sendall(data)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except (TimeoutError, ConnectionResetError, ssl.SSLError):
                 break
             if not chunk:
                 break
