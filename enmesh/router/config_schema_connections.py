@@ -128,8 +128,10 @@ ROUTER = EntityType(
         _a(
             "allowUnsettledMulticast",
             "boolean",
-            ONLY_DEFAULT,
-            "true would let unsettled senders use multicast addresses (not yet routed)",
+            IGNORE,
+            "deprecated in qdrouterd 1.19, which reads it nowhere: unsettled multicast always "
+            "settles end to end (each copy unsettled; the sender's delivery once every copy "
+            "is, rejected > accepted > modified > released)",
             default="false",
         ),
         _a(

@@ -11,7 +11,7 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from enmesh.router import inventory, tally
+from enmesh.router import inventory, streaming, tally
 from enmesh.router.engine import Acceptor, Loop
 
 if TYPE_CHECKING:
@@ -161,6 +161,12 @@ def exposition(router: Router) -> str:
         "counter",
         "Times accepting stopped for a moment at the descriptor (or memory) limit.",
         [(f"{{{rid}}}", sum(acceptor.pauses for acceptor in router.acceptors))],
+    )
+    metric(
+        "enmesh_router_stream_buffered_bytes",
+        "gauge",
+        "Bytes of large messages in progress the router holds (Q2 bounds each one).",
+        [(f"{{{rid}}}", streaming.buffered_bytes())],
     )
     entity = inventory.router_entity(router)
     for field, name, help_text in _ROUTER_COUNTERS:

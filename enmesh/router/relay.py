@@ -27,6 +27,7 @@ from proton import Condition, Disposition, Link, Receiver
 from enmesh.router import tally
 from enmesh.router.annotations import strips_in
 from enmesh.router.forwarding import RELEASED, Held, InLink, set_address
+from enmesh.router.outcomes import Outcome
 from enmesh.router.sections import MalformedMessageError, message_address
 
 if TYPE_CHECKING:
@@ -130,14 +131,11 @@ class Relay:
 
 
 def _reject(held: Held, condition: str, description: str) -> None:
-    """Reject an unsettled message with a condition (a presettled one is just dropped)."""
-    delivery, held.delivery = held.delivery, None
-    origin = held.origin
-    if delivery is None or (origin is not None and origin.closed):
-        return
-    delivery.local.condition = Condition(condition, description)
-    delivery.update(Disposition.REJECTED)
-    delivery.settle()
+    """Reject an unsettled message with a condition (a presettled one is just dropped).
+
+    Through the message's own settlement, so one still arriving is rejected at its end.
+    """
+    held.settle_with(Outcome(Disposition.REJECTED, Condition(condition, description)))
 
 
 def _refuse(link: Link, condition: str, description: str) -> None:

@@ -35,7 +35,7 @@ from proton import (
     Transport,
 )
 
-from enmesh.router import demand, endpoints, peerinput, security, tally, tenancy
+from enmesh.router import demand, endpoints, peerinput, security, streaming, tally, tenancy
 from enmesh.router.addressing import AddressSemantics, best_match
 from enmesh.router.admission import Admission, AdmissionSettings
 from enmesh.router.annotations import node_id, strips_in, strips_out
@@ -44,7 +44,6 @@ from enmesh.router.config import Connector, Listener, RouterConfig, resolve_pass
 from enmesh.router.config_model import StripAnnotations
 from enmesh.router.engine import Acceptor, Loop, ProtonSocket, connect_nonblocking
 from enmesh.router.forwarding import (
-    ACCEPTED,
     RELEASED,
     AddressState,
     Held,
@@ -54,6 +53,7 @@ from enmesh.router.forwarding import (
     set_address,
 )
 from enmesh.router.mesh import Mesh, RouterAdvertisement
+from enmesh.router.outcomes import Fanout
 from enmesh.router.policy import Vhost, VhostGroup
 from enmesh.router.relay import CAPABILITY as RELAY_CAPABILITY
 from enmesh.router.relay import Relay
@@ -166,6 +166,7 @@ class Router:
         proton queues an event on a connection's collector whenever one of its endpoints
         changes; a connection with queued events has something to process and write.
         """
+        streaming.run_parked()  # large messages: bytes arrived, or proton's buffers drained
         for _ in range(8):
             busy = [
                 c
@@ -554,14 +555,12 @@ class Router:
     def _add_consumer(self, info: ConnectionInfo, link: Link, internal: str, address: str) -> None:
         semantics = self.semantics(internal)
         key = semantics.key(internal, 1)
-        multicast = semantics.distribution == "multicast"
         if not link.source.address:
             link.source.address = address
         set_address(link.target, link.remote_target.address)
-        if multicast:
-            link.snd_settle_mode = Link.SND_SETTLED
         link.open()
-        out = OutLink(cast(Sender, link), key, info.link_capacity, presettle=multicast)
+        # Multicast too: a copy goes settled or not as its producer sent it (qdrouterd 1.19).
+        out = OutLink(cast(Sender, link), key, info.link_capacity)
         out.trace_as = None if strips_out(info.strip) else node_id(self.id)
         self.add_destination(out)
 
@@ -727,12 +726,16 @@ class Router:
                 targets.append(link)
         if not targets:
             return False
+        # Unsettled: every copy unsettled, the producer settled once all are (outcomes.py).
+        fanout = None if held.presettled else Fanout(held.settle_with)
         for out in targets:
             if len(out.waiting) >= 2 * out.capacity:  # safety net; credit keeps us below
                 out.dropped += 1
                 continue
-            out.offer(Held(held.data, None, None, ann=held.ann))
-        held.settle_origin(ACCEPTED)
+            out.offer(held.copy(fanout))
+        held.release_stream()  # the copies have their own places in it
+        if fanout is not None:
+            fanout.close()
         return True
 
     def _multicast_room(self, inbound: InLink) -> int:
@@ -762,16 +765,8 @@ class Router:
             return None
         sender = self.session_of(conn).sender(f"transit/{destination}/{key}")
         sender.target.address = f"{TRANSIT_PREFIX}{destination}/{key}"
-        semantics = self.semantics_of_key(key)
-        if semantics.distribution == "multicast":
-            sender.snd_settle_mode = Link.SND_SETTLED
         sender.open()
-        out = OutLink(
-            sender,
-            key,
-            conn.context["info"].link_capacity,
-            presettle=semantics.distribution == "multicast",
-        )
+        out = OutLink(sender, key, conn.context["info"].link_capacity)
         out.hop = hop
         out.trace_as = node_id(self.id)  # routers always annotate for each other
         tally.bind(out, self.address_counts(key), outgoing=True)

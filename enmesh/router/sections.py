@@ -35,6 +35,34 @@ class MalformedMessageError(ValueError):
     """The bytes are not an AMQP message as far as the router needs to read them."""
 
 
+class TruncatedError(MalformedMessageError):
+    """A value runs past the bytes there are: malformed if complete, else more to come."""
+
+
+def head_complete(data: bytes) -> bool:
+    """Does a message prefix hold every section routing reads (header to properties)?
+
+    False when more bytes are needed; raises MalformedMessageError on bad encoding.
+    """
+    view = memoryview(data)
+    position = 0
+    try:
+        while position < len(view):
+            if view[position] != 0x00:
+                raise MalformedMessageError(f"expected a section at byte {position}")
+            section, position = _descriptor(view, position + 1)
+            if section > _PROPERTIES:
+                return True
+            position = skip(view, position)
+            if position > len(view):
+                return False
+            if section == _PROPERTIES:
+                return True
+    except (TruncatedError, IndexError, struct.error):
+        return False
+    return False
+
+
 def message_address(data: bytes, *, honour_annotation: bool) -> str | None:
     """The address a message names: `x-opt-qd.to` (when honoured), else properties `to`.
 
@@ -100,7 +128,7 @@ def _extent(data: memoryview, position: int) -> tuple[int, int]:
     else:
         raise MalformedMessageError(f"unknown type code 0x{data[position]:02x} at byte {position}")
     if end > len(data):
-        raise MalformedMessageError(f"value at byte {position} runs past the end of the message")
+        raise TruncatedError(f"value at byte {position} runs past the end of the message")
     return start, end
 
 

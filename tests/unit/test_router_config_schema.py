@@ -268,6 +268,7 @@ linkRoute {
         "helloInterval",
         "raInterval",
         "remoteLsMaxAge",
+        "allowUnsettledMulticast",  # deprecated in qdrouterd 1.19, read nowhere there
         "outputFile",
     ]
 
