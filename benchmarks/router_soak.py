@@ -38,10 +38,9 @@ from proton.reactor import Container
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.router_throughput import rss_kb  # noqa: E402
+from benchmarks.router_throughput import rss_kb, start_stack  # noqa: E402
 from tests.support.amqp import Account  # noqa: E402
-from tests.support.mesh import Mesh, build_mesh  # noqa: E402
-from tests.support.rabbitmq import RabbitMQBroker, allocate_ports  # noqa: E402
+from tests.support.mesh import Mesh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "router_soak.json"
 TARGET_GROWTH_KB = 5 * 1024
@@ -168,8 +167,8 @@ class SoakFlow(MessagingHandler):  # type: ignore[misc]
         self.container.schedule(0.2, self)
 
     def _drained(self) -> bool:
-        if not self.spec.presettled:
-            return self.settled == self.sent
+        if not self.spec.presettled:  # every outcome back, every message consumed
+            return self.settled == self.sent and self.received >= self.sent
         # Presettled: nothing to wait for but copies still in flight; give them a moment.
         if not self.finishing_since:
             self.finishing_since = time.monotonic()
@@ -181,22 +180,6 @@ def run_flow(spec: FlowSpec, accounts: dict[tuple[int, str], Account], c: Counte
     Container(flow).run()
     result = {"sent": flow.sent, "received": flow.received, "settled": flow.settled}
     Path(os.environ["SOAK_OUT"], f"{spec.name}.json").write_text(json.dumps(result))
-
-
-def start_stack(work: Path) -> tuple[Mesh, RabbitMQBroker]:
-    ports = allocate_ports()
-    mesh = build_mesh(work / "mesh", routers=3, topology="full-mesh", broker_port=ports.tls)
-    broker = RabbitMQBroker(
-        directory=work / "rabbitmq",
-        definitions=work / "mesh/config/brokers/broker-0.definitions.json",
-        pki=mesh.extra["pki"],  # type: ignore[arg-type]
-        ports=ports,
-    )
-    broker.start()
-    mesh.set_secret("enmesh-broker-router", "password", broker.router_password)
-    mesh.start()
-    mesh.wait_converged()
-    return mesh, broker
 
 
 def soak(mesh: Mesh, work: Path, total: int, every: int, warm_up: float) -> dict[str, Any]:
@@ -282,7 +265,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="enmesh-soak-") as tmp:
         work = Path(tmp)
-        mesh, broker = start_stack(work)
+        mesh, broker = start_stack(work, profile=None, topology="full-mesh")
         try:
             result = soak(mesh, work, args.messages, args.sample_every, args.warm_up)
         finally:

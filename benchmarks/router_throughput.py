@@ -396,10 +396,13 @@ def direct_url() -> str:
     return f"amqp://127.0.0.1:{free_port()}"
 
 
-def start_stack(work: Path, profile: Path) -> tuple[Mesh, RabbitMQBroker]:
-    """3 routers in a chain (router 0 profiled) in front of one RabbitMQ."""
+def start_stack(
+    work: Path, profile: Path | None, topology: str = "chain"
+) -> tuple[Mesh, RabbitMQBroker]:
+    """3 routers (a chain by default; router 0 profiled to `profile` if given) in front of
+    one RabbitMQ."""
     ports = allocate_ports()
-    mesh = build_mesh(work / "mesh", routers=3, topology="chain", broker_port=ports.tls)
+    mesh = build_mesh(work / "mesh", routers=3, topology=topology, broker_port=ports.tls)
     broker = RabbitMQBroker(
         directory=work / "rabbitmq",
         definitions=work / "mesh/config/brokers/broker-0.definitions.json",
@@ -408,9 +411,10 @@ def start_stack(work: Path, profile: Path) -> tuple[Mesh, RabbitMQBroker]:
     )
     broker.start()
     mesh.set_secret("enmesh-broker-router", "password", broker.router_password)
-    os.environ["ENMESH_ROUTER_PROFILE"] = str(profile)
+    if profile is not None:
+        os.environ["ENMESH_ROUTER_PROFILE"] = str(profile)
     mesh.routers[0].start()
-    del os.environ["ENMESH_ROUTER_PROFILE"]
+    os.environ.pop("ENMESH_ROUTER_PROFILE", None)
     for router in mesh.routers[1:]:
         router.start()
     mesh.wait_converged()
