@@ -15,6 +15,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,14 @@ class StackPlan:
         return lost
 
 
-def plan_stack(artefacts: Artefacts, target: Target, desired_users: Mapping[str, str]) -> StackPlan:
+def plan_stack(
+    artefacts: Artefacts,
+    target: Target,
+    desired_users: Mapping[str, str],
+    *,
+    refresh: bool = False,
+) -> StackPlan:
+    """`refresh`: read every broker, also where its compiled definitions are unchanged."""
     desired = artefacts.files
     deployment = json.loads(desired["deploy.json"])
     installed = installed_files(target.config_dir)
@@ -112,12 +120,19 @@ def plan_stack(artefacts: Artefacts, target: Target, desired_users: Mapping[str,
         rel = f"brokers/{ctl.name}.definitions.json"
         wanted = json.loads(desired[rel])
         definitions[ctl.name] = wanted
+        if not refresh and installed.get(rel) == desired[rel]:
+            # Installed only once the broker had them: no need to ask it (each rabbitmqctl
+            # call starts an Erlang VM, about a second on a busy host).
+            broker_plans.append(BrokerPlan(ctl.name))
+            continue
         before = json.loads(installed[rel]) if rel in installed else {}
         managed = [str(v["name"]) for v in before.get("vhosts", [])]
-        actual = brokers.export_definitions(ctl)
         vhosts = {str(v["name"]) for v in wanted.get("vhosts", [])} | set(managed)
-        depths = brokers.queue_depths(ctl, vhosts)
-        broker_plans.append(broker_plan(ctl.name, actual, wanted, depths, managed))
+        with ThreadPoolExecutor(2) as pool:  # two VMs at once
+            actual = pool.submit(brokers.export_definitions, ctl)
+            depths = pool.submit(brokers.queue_depths, ctl, vhosts)
+            state = broker_plan(ctl.name, actual.result(), wanted, depths.result(), managed)
+        broker_plans.append(state)
     user_plan = users.plan_users(target.sasldb, dict(desired_users))
     return StackPlan(
         deployment["stack"], router_plans, broker_plans, user_plan, files, definitions, notes
@@ -148,6 +163,7 @@ class Result:
     plan: StackPlan
     routers: dict[str, str] = field(default_factory=dict)  # id -> unchanged/reloaded
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds
 
 
 def apply_stack(
@@ -156,35 +172,64 @@ def apply_stack(
     *,
     dry_run: bool = False,
     force: Iterable[str] = (),
+    refresh: bool = False,
     echo: Callable[[str], None] = print,
 ) -> Result:
-    started = time.monotonic()
+    clock = _Clock()
     _, artefacts = compile_stack_file(stack_file)  # ModelInvalidError: nothing changed
     desired_users = _desired_users(artefacts, target, generate=not dry_run)
-    plan = plan_stack(artefacts, target, desired_users)
+    clock.lap("compile")
+    plan = plan_stack(artefacts, target, desired_users, refresh=refresh)
+    clock.lap("plan")
     echo(plan.text())
     refusals = plan.refusals(force)
     if refusals:
         raise ApplyRefused("nothing changed:\n  " + "\n  ".join(refusals))
-    result = Result(plan)
+    result = Result(plan, phases=clock.phases)
     if dry_run or plan.empty:
         return result
     forced = _forced(plan, force)
     for broker_plan_, ctl in zip(plan.brokers, target.brokers, strict=True):
         brokers.add_and_update(ctl, broker_plan_, plan.desired_definitions[ctl.name], forced)
+    clock.lap("brokers (add)")
     if plan.users:
         users.apply_users(target.sasldb, desired_users)
-    routers.install(target.config_dir, plan.files)
+    definitions = {k: v for k, v in plan.files.items() if k.startswith("brokers/")}
+    routers.install(
+        target.config_dir, {k: v for k, v in plan.files.items() if k not in definitions}
+    )
+    clock.lap("users and files")
     admission = any(path.startswith("auth/admission") for path in plan.files)
-    for router in target.routers:
-        outcome = routers.converge(router, target.signaller, other_files_changed=admission)
-        result.routers[router.id] = outcome
-        echo(f"router {router.id}: {outcome}")
+    result.routers = routers.converge_all(
+        target.routers, target.signaller, other_files_changed=admission
+    )
+    clock.lap("routers (reload)")
+    for router, outcome in result.routers.items():
+        echo(f"router {router}: {outcome}")
     for broker_plan_, ctl in zip(plan.brokers, target.brokers, strict=True):
         brokers.remove(ctl, broker_plan_, forced)
-    result.seconds = time.monotonic() - started
-    echo(f"applied in {result.seconds:.1f}s")
+    routers.install(target.config_dir, definitions)  # the brokers have them now
+    clock.lap("brokers (remove)")
+    result.seconds = clock.total()
+    laps = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in clock.phases.items())
+    echo(f"applied in {result.seconds:.1f}s ({laps})")
     return result
+
+
+class _Clock:
+    """Seconds spent in each phase, to say where an apply's time goes."""
+
+    def __init__(self) -> None:
+        self.started = self.last = time.monotonic()
+        self.phases: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.phases[phase] = round(now - self.last, 3)
+        self.last = now
+
+    def total(self) -> float:
+        return time.monotonic() - self.started
 
 
 def _forced(plan: StackPlan, force: Iterable[str]) -> set[QueueName]:

@@ -56,7 +56,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         supervisor_config=args.supervisor_config,
         rabbitmqctl=(*DEFAULT_RABBITMQCTL[:2], args.rabbitmq_node),
     )
-    apply_stack(stack_file, target, dry_run=args.dry_run, force=args.force)
+    apply_stack(stack_file, target, dry_run=args.dry_run, force=args.force, refresh=args.refresh)
     return 0
 
 
@@ -136,6 +136,12 @@ def add_apply(commands: Any, stacks_dir: Path) -> None:
         default=[],
         metavar="QUEUE",
         help="delete these queues even though they hold messages (the messages are lost)",
+    )
+    apply.add_argument(
+        "--refresh",
+        action="store_true",
+        help="read every broker's state, also where its compiled definitions did not change "
+        "since the last apply (finds queues deleted or changed by hand)",
     )
     apply.add_argument("--rabbitmq-node", default="rabbit@localhost", metavar="NODE")
     _manager_options(apply)

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -143,23 +143,45 @@ def converge(
     other_files_changed: bool = False,
     timeout: float = RELOAD_TIMEOUT,
 ) -> str:
-    """Make the router run its installed files; returns `unchanged` or `reloaded`.
+    """Make the router run its installed files; returns `unchanged` or `reloaded`."""
+    return converge_all(
+        [router], signaller, other_files_changed=other_files_changed, timeout=timeout
+    )[router.id]
 
-    The router says which config and policies it runs; it is signalled only if they are
-    not the installed ones (or `other_files_changed`: its admission file), then watched
-    until it reports them. Raises RouterError if it refused them (it keeps the old)."""
-    wanted = installed_digests(router.config, router.policies)
-    before = read_reported(router.metrics_url)
-    if before.digests == wanted and not other_files_changed:
-        return "unchanged"
-    if before.digests == Digests(None, None):
-        raise RouterError(
-            f"router {router.id} ({router.metrics_url}) does not report the config it runs: "
-            "it predates live reload; restart it once (`enmesh up` does after a new install)"
-        )
-    signaller.reload(router.id)
-    _wait(router, wanted, before.reloads, timeout)
-    return "reloaded"
+
+def converge_all(
+    routers: Sequence[RouterFiles],
+    signaller: Signaller,
+    *,
+    other_files_changed: bool = False,
+    timeout: float = RELOAD_TIMEOUT,
+) -> dict[str, str]:
+    """Make every router run its installed files; router id -> `unchanged` or `reloaded`.
+
+    Each router says which config and policies it runs; only those not running the
+    installed ones (or all, if `other_files_changed`: the admission file) are signalled,
+    all at once, then each is watched until it reports them. Raises RouterError if one
+    refused them (it keeps running the old ones)."""
+    signalled: list[tuple[RouterFiles, Digests, Mapping[str, int]]] = []
+    outcome = {}
+    for router in routers:
+        wanted = installed_digests(router.config, router.policies)
+        before = read_reported(router.metrics_url)
+        if before.digests == wanted and not other_files_changed:
+            outcome[router.id] = "unchanged"
+            continue
+        if before.digests == Digests(None, None):
+            raise RouterError(
+                f"router {router.id} ({router.metrics_url}) does not report the config it "
+                "runs: it predates live reload; restart it once (`enmesh up` does after a new "
+                "install)"
+            )
+        signaller.reload(router.id)
+        signalled.append((router, wanted, before.reloads))
+    for router, wanted, reloads in signalled:
+        _wait(router, wanted, reloads, timeout)
+        outcome[router.id] = "reloaded"
+    return outcome
 
 
 def _wait(router: RouterFiles, wanted: Digests, before: Mapping[str, int], timeout: float) -> None:
