@@ -88,10 +88,11 @@ class Prober(MessagingHandler):  # type: ignore[misc]
         self.attempts = 0
         self.connections: list[Any] = []
         self.sent = False
+        self.give_up: Any = None
 
     def on_start(self, event: Any) -> None:
         self._attempt(event.container)
-        event.container.schedule(PROBE_TIMEOUT, _GiveUp(self))
+        self.give_up = event.container.schedule(PROBE_TIMEOUT, _GiveUp(self))
 
     def _attempt(self, container: Any) -> None:
         self.attempts += 1
@@ -110,6 +111,7 @@ class Prober(MessagingHandler):  # type: ignore[misc]
 
     def on_message(self, event: Any) -> None:
         self.arrived = time.monotonic()
+        self.give_up.cancel()  # else the container runs until the timer fires
         for connection in self.connections:
             connection.close()
 
