@@ -4,8 +4,8 @@ Why `rabbitmqctl` and not the HTTP API: the stack does not enable the management
 (one more listener, its own users and TLS to keep), while the CLI is on every broker host
 and talks to the node over Erlang distribution on loopback. `export_definitions` reads the
 running state, `import_definitions` adds and updates (it never deletes), `list_queues`
-gives depths, and deletions are one command each: `delete_queue --if-empty` (unless
-forced, so a message that arrived after the plan still stops the delete), `clear_policy`,
+gives depths, and deletions are one command each: `delete_queue` (unless forced, after the
+depth is read again: a message that arrived since the plan stops it), `clear_policy`,
 `clear_parameter`, `clear_permissions`, `delete_vhost`; exchanges and bindings, which 3.10's
 CLI cannot delete, through `rabbitmqctl eval` of the same internal calls the HTTP API makes.
 """
@@ -105,8 +105,20 @@ def _delete_binding(ctl: Rabbitmqctl, item: Mapping[str, Any]) -> None:
 
 
 def _delete_queue(ctl: Rabbitmqctl, item: Mapping[str, Any], forced: bool) -> None:
-    guard = () if forced else ("--if-empty",)
-    ctl.run("delete_queue", "-p", str(item["vhost"]), *guard, str(item["name"]))
+    """Quorum queues refuse `delete_queue --if-empty` (and rabbitmqctl still exits 0), so
+    the depth is read again just before the delete: a message that arrived since the plan
+    stops it, unless forced."""
+    vhost, name = str(item["vhost"]), str(item["name"])
+    if not forced:
+        messages = queue_depths(ctl, [vhost]).get((vhost, name), 0)
+        if messages:
+            raise BrokerError(
+                f"broker {ctl.name}: queue {name} received {messages} message(s) since the "
+                f"plan; not deleted (apply again, or with --force {name})"
+            )
+    out = ctl.run("delete_queue", "-p", vhost, name)
+    if "error" in out.lower():
+        raise BrokerError(f"broker {ctl.name}: delete_queue {name} failed: {out.strip()}")
 
 
 def add_and_update(

@@ -7,11 +7,13 @@ applies it, so each stands alone on the shared stack.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from proton import ConnectionException, Message
@@ -84,7 +86,7 @@ def _receive(account: Account, address: str, count: int) -> list[object]:
     connection = account.blocking(timeout=15)
     try:
         receiver = connection.create_receiver(address, credit=count)
-        bodies = []
+        bodies: list[object] = []
         for _ in range(count):
             message = receiver.receive(timeout=15)
             bodies.append(message.body)
@@ -253,3 +255,52 @@ def test_a_changed_password_applies_to_new_connections(live: Mesh) -> None:
     _account(live, 0, "clerk@shop", "changed-" + old).blocking().close()
     with pytest.raises(ConnectionException, match=r"(?i)auth"):
         _account(live, 0, "clerk@shop", old).blocking(timeout=10)
+
+
+NEWS = """
+---
+apiVersion: enmesh.io/v1
+kind: Address
+metadata: {name: shop.news}
+spec: {addressSpace: shop, address: news, type: topic, plan: standard-topic}
+---
+apiVersion: enmesh.io/v1
+kind: Address
+metadata: {name: shop.archive}
+spec:
+  {addressSpace: shop, address: archive, type: subscription, plan: standard-subscription,
+   topic: news}
+"""
+
+
+def _definitions(mesh: Mesh) -> dict[str, Any]:
+    text = _broker(mesh).ctl("export_definitions", "-", "--format", "json").stdout
+    return dict(json.loads(text[text.index("{") :]))
+
+
+def test_a_topic_and_its_subscription_are_removed_from_the_broker(live: Mesh) -> None:
+    _apply(live, SAMPLE + SHOP + NEWS)
+    exported = _definitions(live)
+    assert "shop.news" in {e["name"] for e in exported["exchanges"]}
+    assert ("shop.news", "shop.archive") in {
+        (b["source"], b["destination"]) for b in exported["bindings"]
+    }
+    result = _apply(live, SAMPLE + SHOP)
+    removed = {(c.kind, c.key) for c in result.plan.brokers[0].changes}
+    assert removed == {
+        ("exchange", "enmesh/shop.news"),
+        ("queue", "enmesh/shop.archive"),
+        ("binding", "enmesh/shop.news -> queue shop.archive []"),
+    }
+    exported = _definitions(live)
+    assert "shop.news" not in {e["name"] for e in exported["exchanges"]}
+    assert "shop.archive" not in {q["name"] for q in exported["queues"]}
+    assert not [b for b in exported["bindings"] if b["source"] == "shop.news"]
+    assert "no changes" in _apply_text(live, SAMPLE + SHOP)
+
+
+def _apply_text(mesh: Mesh, model: str) -> str:
+    lines: list[str] = []
+    model_file(mesh).write_text(model)
+    apply_stack(stack_file(mesh), mesh_target(mesh, _broker(mesh)), refresh=True, echo=lines.append)
+    return "\n".join(lines)
