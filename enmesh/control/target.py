@@ -55,7 +55,8 @@ def from_deployment(
         secrets_dir=Path(paths["secrets"]),
         sasldb=Path(deployment["sasldb"]),
         routers=router_files(deployment, config_dir),
-        brokers=tuple(brokers[b["name"]] for b in deployment["brokers"]),
+        # A broker without a handle here is left alone (a test mesh may run none).
+        brokers=tuple(brokers[b["name"]] for b in deployment["brokers"] if b["name"] in brokers),
         signaller=signaller,
     )
 
