@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from enmesh.control.plan import BrokerPlan, Definitions, QueueName
@@ -133,6 +134,9 @@ def add_and_update(
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="enmesh-apply-") as handle:
         json.dump(desired, handle)
         handle.flush()
+        # Debian's rabbitmqctl run as root re-runs itself as `rabbitmq`, which reads the
+        # file; compiled definitions hold no secret (users are created from theirs).
+        Path(handle.name).chmod(0o644)
         ctl.run("import_definitions", handle.name)
 
 
