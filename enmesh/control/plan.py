@@ -15,8 +15,9 @@ from typing import Any
 
 from enmesh.control.entities import SECRET_MARK, Entities, policy_entities, router_entities
 
-# Names RabbitMQ owns or makes for clients (the routers' topic queues): never ours to diff.
-_BROKER_OWNED_PREFIX = "amq."
+# Names RabbitMQ owns or makes for clients, never ours to diff: its own exchanges, server-named
+# queues (the routers' topic subscriptions), the MQTT plugin's subscription queues.
+_BROKER_OWNED_PREFIXES = ("amq.", "mqtt-subscription-")
 
 
 class Action(StrEnum):
@@ -103,16 +104,20 @@ def _identify(section: str, item: Mapping[str, Any]) -> str | None:
     if section == "parameters":
         return f"{vhost}/{item['component']}/{item['name']}"
     if section == "bindings":
-        if not item["source"]:
-            return None  # the default exchange's implicit bindings
+        if not item["source"] or _owned(item["source"]) or _owned(item["destination"]):
+            return None  # the default exchange's implicit bindings, the broker's own
         return (
             f"{vhost}/{item['source']} -> {item['destination_type']} {item['destination']}"
             f" [{item.get('routing_key', '')}]"
         )
     name = str(item["name"])
-    if section in ("queues", "exchanges") and (not name or name.startswith(_BROKER_OWNED_PREFIX)):
+    if section in ("queues", "exchanges") and (not name or _owned(name)):
         return None
     return f"{vhost}/{name}"
+
+
+def _owned(name: object) -> bool:
+    return str(name).startswith(_BROKER_OWNED_PREFIXES)
 
 
 _SECTIONS = {
