@@ -17,7 +17,7 @@ from enmesh.model import AddressType, MessagingUser, Operation, Tenant
 
 MANAGEMENT_ADDRESS = "$management"
 # enmesh-router's temporary (dynamic) reply addresses: `_dynamic.<router>.<conn>.<random>`
-# (enmesh.router.router.DYNAMIC_PREFIX). A responder sends its reply there, named or
+# (enmesh.router.routing.DYNAMIC_PREFIX). A responder sends its reply there, named or
 # through anonymous relay, and policy checks that target like any other.
 DYNAMIC_REPLY_TARGETS = "_dynamic.*"
 

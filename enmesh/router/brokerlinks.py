@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, cast
 from proton import Condition, Endpoint, Link, Receiver, Sender
 
 from enmesh.router.addressing import best_match
-from enmesh.router.forwarding import Held, InLink, OutLink, set_address
+from enmesh.router.forwarding import Held, OutLink, set_address
+from enmesh.router.inlinks import InLink
 
 if TYPE_CHECKING:
     from enmesh.router.config import AutoLink, LinkRoute
+    from enmesh.router.connecting import ConnectionInfo
     from enmesh.router.engine import ProtonSocket
-    from enmesh.router.router import ConnectionInfo, Router
+    from enmesh.router.router import Router
 
 log = logging.getLogger("enmesh.router.brokers")
 NO_ROUTE = "qd:no-route-to-dest"
@@ -67,7 +69,7 @@ class BrokerLinks:
         for auto in self.router.config.auto_links:
             if _serves(auto, name, container):
                 self._attach_auto_link(conn, auto)
-        self.router.advertise_soon()  # its link routes, to the rest of the mesh
+        self.router.mesh_links.advertise_soon()  # its link routes, to the rest of the mesh
         log.info("broker connection %s up", name)
 
     def add_auto_link(self, auto: AutoLink) -> None:
@@ -84,21 +86,21 @@ class BrokerLinks:
             while link is not None:
                 following = link.next(0)
                 if getattr(link, "enmesh_auto_link", None) == auto:
-                    self.router.forget_link(link)
+                    self.router.routing.forget_link(link)
                     _detach(link, None)
                 link = following
 
     def _attach_auto_link(self, conn: ProtonSocket, auto: AutoLink) -> None:
         capacity = conn.context["info"].link_capacity
         session = self.router.session_of(conn)
-        key = self.router.semantics(auto.address).key(auto.address, auto.phase)
+        key = self.router.routing.semantics(auto.address).key(auto.address, auto.phase)
         if auto.direction == "out":
             sender = session.sender(f"autolink/{auto.address}/out")
             sender.enmesh_auto_link = auto
             sender.source.address = auto.address
             sender.target.address = auto.external_address
             sender.open()
-            self.router.add_destination(OutLink(sender, key, capacity))
+            self.router.routing.add_destination(OutLink(sender, key, capacity))
         else:
             receiver = session.receiver(f"autolink/{auto.address}/in")
             receiver.enmesh_auto_link = auto
@@ -106,9 +108,9 @@ class BrokerLinks:
             receiver.source.address = auto.external_address
             receiver.target.address = auto.address
             receiver.open()
-            inbound = InLink(receiver, key, capacity, self.router.route)
+            inbound = InLink(receiver, key, capacity, self.router.routing.route)
             inbound.modified_as_released = True
-            self.router.add_source(inbound)
+            self.router.routing.add_source(inbound)
 
     def broker_down(self, name: str, conn: ProtonSocket) -> None:
         if self.brokers.get(name) is conn:  # a newer connection may already serve it
@@ -116,7 +118,7 @@ class BrokerLinks:
         container = conn.connection.remote_container or ""
         if self.containers.get(container) is conn:
             del self.containers[container]
-        self.router.advertise_soon()
+        self.router.mesh_links.advertise_soon()
         log.info("broker connection %s down; reconnecting", name)
 
     # --- link routes -----------------------------------------------------------------------
@@ -267,7 +269,7 @@ class BrokerLinks:
             # give back what the client left unsettled (held here, or never sent on).
             inbound.grant(0, may_reduce=True)
             inbound.release_held()
-        self.router.forget_link(partner)
+        self.router.routing.forget_link(partner)
         if (
             inbound is not None
             and getattr(link, "enmesh_peer", None) is partner

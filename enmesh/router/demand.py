@@ -8,7 +8,7 @@ sources of these keys (the broker links, and the transit links carrying their me
 other routers) get credit that follows the consumers' credit, not the link capacity:
 
 - a broker link: the free credit of the local consumers, plus that of the transit links
-  toward routers with consumers (what `Router.route_to` could pick);
+  toward routers with consumers (what `Routing.route_to` could pick);
 - a transit link delivering here: the local consumers' free credit, but nothing while this
   router has a live broker link for each `in` autoLink of the key (autoLinks are the same
   on every router): its own links then reach every queue another router could pull from,
@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from enmesh.router.forwarding import AddressState, InLink, OutLink
+    from enmesh.router.forwarding import AddressState, OutLink
+    from enmesh.router.inlinks import InLink
     from enmesh.router.router import Router
 
 PHASE_MARK = "@"
@@ -40,7 +41,12 @@ PHASE_MARK = "@"
 def is_stored(router: Router, key: str) -> bool:
     """Is `key` a waypoint phase after the broker (`<address>@<phase>`, phase > 0)?"""
     address, mark, phase = key.rpartition(PHASE_MARK)
-    return bool(mark) and phase.isdigit() and int(phase) > 0 and router.semantics(address).waypoint
+    return (
+        bool(mark)
+        and phase.isdigit()
+        and int(phase) > 0
+        and router.routing.semantics(address).waypoint
+    )
 
 
 def demand_of(router: Router, inbound: InLink) -> Callable[[], int]:
@@ -49,7 +55,7 @@ def demand_of(router: Router, inbound: InLink) -> Callable[[], int]:
         1
         for auto in router.config.auto_links
         if auto.direction == "in"
-        and router.semantics(auto.address).key(auto.address, auto.phase) == inbound.key
+        and router.routing.semantics(auto.address).key(auto.address, auto.phase) == inbound.key
     )
     return functools.partial(demand, router, inbound, configured)
 
@@ -61,7 +67,7 @@ def demand(router: Router, inbound: InLink, in_autolinks: int) -> int:
     """
     key, destination = inbound.key, inbound.destination_router
     if destination is not None and destination != router.id:
-        return _free(router.transit_link(key, destination))
+        return _free(router.routing.transit_link(key, destination))
     state = router.addresses.get(key)
     consumers = state.consumers if state is not None else []
     local = sum(_free(out) for out in consumers)
@@ -70,7 +76,7 @@ def demand(router: Router, inbound: InLink, in_autolinks: int) -> int:
     if state is not None and state.distribution == "closest" and consumers:
         return local
     remote = router.mesh.routers_with(key)
-    return local + sum(_free(router.transit_link(key, other)) for _, other in remote)
+    return local + sum(_free(router.routing.transit_link(key, other)) for _, other in remote)
 
 
 def _reaches_every_queue(state: AddressState, configured: int) -> bool:

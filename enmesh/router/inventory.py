@@ -16,8 +16,9 @@ from enmesh import __version__
 from enmesh.router import inventory_config, tally
 
 if TYPE_CHECKING:
+    from enmesh.router.connecting import ConnectionInfo
     from enmesh.router.forwarding import AddressState
-    from enmesh.router.router import ConnectionInfo, Router
+    from enmesh.router.router import Router
 
 ROUTER = "org.apache.qpid.dispatch.router"
 CONNECTION = "org.apache.qpid.dispatch.connection"

@@ -17,9 +17,10 @@ from enmesh.router import management_ops, management_writes, tenancy
 from enmesh.router.forwarding import Held, set_address
 
 if TYPE_CHECKING:
+    from enmesh.router.connecting import ConnectionInfo
     from enmesh.router.engine import ProtonSocket
     from enmesh.router.reconfigure import LiveConfig
-    from enmesh.router.router import ConnectionInfo, Router
+    from enmesh.router.router import Router
 
 log = logging.getLogger("enmesh.router.management")
 CREDIT = 100

@@ -39,14 +39,15 @@ from enmesh.router.config import (
     RouterConfigError,
     resolve_password,
 )
+from enmesh.router.connecting import ConnectorState
 from enmesh.router.engine import Acceptor
 from enmesh.router.log_level import configured_level
 from enmesh.router.metrics import MetricsServer
-from enmesh.router.router import ConnectorState
 from enmesh.router.security import SaslSettings
 
 if TYPE_CHECKING:
-    from enmesh.router.router import ConnectionInfo, Router
+    from enmesh.router.connecting import ConnectionInfo
+    from enmesh.router.router import Router
 
 log = logging.getLogger("enmesh.router.reconfigure")
 UNAUTHORIZED = "amqp:unauthorized-access"
@@ -217,16 +218,16 @@ class LiveConfig:
             self._readmit_clients()
         if plan.addresses or "default_distribution" in plan.router:
             for key, state in router.addresses.items():
-                state.distribution = router.semantics_of_key(key).distribution
+                state.distribution = router.routing.semantics_of_key(key).distribution
         for auto in plan.auto_links.removed:
             router.link_routes.remove_auto_link(auto)
         for auto in plan.auto_links.added:
             router.link_routes.add_auto_link(auto)
         if plan.link_routes or plan.connectors:
-            router.advertise_soon()  # which link routes this router serves
+            router.mesh_links.advertise_soon()  # which link routes this router serves
         if plan.logs and configured_level(new) != configured_level(old):
             logging.getLogger().setLevel(configured_level(new) or logging.INFO)
-        router._refresh_all()  # sources re-evaluated against the new addresses and links
+        router.routing.refresh_all()  # sources re-evaluated against the new addresses and links
         lines = plan.lines()
         for callback in self.on_applied:
             callback(new, lines)
@@ -274,7 +275,10 @@ class LiveConfig:
     def _acceptor(self, listener: Listener) -> Acceptor:
         router = self.router
         return Acceptor(
-            router.loop, listener.host, listener.port, functools.partial(router._accept, listener)
+            router.loop,
+            listener.host,
+            listener.port,
+            functools.partial(router.connecting.accept, listener),
         )
 
     # --- applying ------------------------------------------------------------------------
@@ -290,7 +294,7 @@ class LiveConfig:
             else:
                 acceptor = self._acceptor_of(old)
                 if acceptor is not None:  # same socket, new settings for what it accepts
-                    acceptor.on_accept = functools.partial(router._accept, new)
+                    acceptor.on_accept = functools.partial(router.connecting.accept, new)
         for name, server in bound.items():
             if isinstance(server, Acceptor):
                 router.acceptors.append(server)
@@ -327,7 +331,7 @@ class LiveConfig:
         for connector in [*plan.connectors.added, *(new for _, new in plan.connectors.changed)]:
             state = ConnectorState(connector)
             router.connectors[connector.name] = state
-            router._connect(state)
+            router.connecting.connect(state)
 
     def _readmit_clients(self) -> None:
         """Open client connections under the new policies: rights for new links change

@@ -26,13 +26,15 @@ from proton import Condition, Disposition, Link, Receiver
 
 from enmesh.router import tally
 from enmesh.router.annotations import strips_in
-from enmesh.router.forwarding import RELEASED, Held, InLink, set_address
+from enmesh.router.forwarding import RELEASED, Held, set_address
+from enmesh.router.inlinks import InLink
 from enmesh.router.outcomes import Outcome
 from enmesh.router.sections import MalformedMessageError, message_address
 
 if TYPE_CHECKING:
+    from enmesh.router.connecting import ConnectionInfo
     from enmesh.router.engine import ProtonSocket
-    from enmesh.router.router import ConnectionInfo, Router
+    from enmesh.router.router import Router
 
 log = logging.getLogger("enmesh.router.relay")
 CAPABILITY = "ANONYMOUS-RELAY"
@@ -87,12 +89,12 @@ class Relay:
             if key is None:
                 return True  # refused and settled
             held.key = key
-        if not self.router.reachable(key):
+        if not self.router.routing.reachable(key):
             held.settle_origin(RELEASED)  # presettled: dropped, as qdrouterd does
             return True
         if first:  # counted once, on the address it resolved to (retries come back here)
-            self.router.address_counts(key)[tally.IN_CLIENT] += 1
-        return self.router.route_to(held, key, None)
+            self.router.routing.address_counts(key)[tally.IN_CLIENT] += 1
+        return self.router.routing.route_to(held, key, None)
 
     def _resolve(self, inbound: AnonymousInLink, held: Held) -> str | None:
         """The routing key of a message, or None after rejecting it."""
@@ -106,7 +108,7 @@ class Relay:
             _reject(held, *problem)
             return None
         internal = inbound.info.internal(cast(str, address))
-        return self.router.semantics(internal).key(internal, 0)
+        return self.router.routing.semantics(internal).key(internal, 0)
 
     def _refusal(self, inbound: AnonymousInLink, address: str | None) -> tuple[str, str] | None:
         """Why a message to `address` is rejected (condition, description), if it is."""
@@ -118,7 +120,7 @@ class Relay:
         if RESERVED_MARK in address:
             return "amqp:invalid-field", f"'@' is reserved in addresses: {address!r}"
         internal = inbound.info.internal(address)
-        if self.router.semantics(internal).distribution == UNAVAILABLE:
+        if self.router.routing.semantics(internal).distribution == UNAVAILABLE:
             return "amqp:not-found", "Deliveries cannot be sent to an unavailable address"
         return None
 

@@ -1,6 +1,6 @@
 """Which vhost policy, and which group of it, a client connection gets.
 
-One decision for a connection being opened (`Router._admit_client`) and for the open
+One decision for a connection being opened (`Connecting.admit_client`) and for the open
 connections a changed policy re-examines (`reconfigure`), so both say the same thing.
 """
 

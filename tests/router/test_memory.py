@@ -20,7 +20,8 @@ from proton import Message
 from proton.handlers import MessagingHandler
 
 from enmesh.router.engine import ProtonSocket
-from enmesh.router.forwarding import InLink, OutLink
+from enmesh.router.forwarding import OutLink
+from enmesh.router.inlinks import InLink
 from tests.support.amqp import Account
 from tests.support.inprocess import ClientThread, InProcessRouter, live_objects, start_router
 
