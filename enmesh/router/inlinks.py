@@ -98,7 +98,7 @@ class InLink:
             if self.partial is None:
                 self.partial = bytearray()
             self.partial += chunk  # in place: a long message must not copy itself per frame
-            if len(self.partial) >= streaming.Q2_UPPER:
+            if streaming.ENABLED and len(self.partial) >= streaming.Q2_UPPER:
                 self._start_stream(delivery)
             return
         buffered, self.partial = self.partial, None

@@ -22,10 +22,15 @@ So the router's own buffers for a stalled receiver are about Q2 + Q3 per message
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+# Off: sustained 1 MB messages across an inter-router hop stall after some tens of
+# messages (benchmarks/router_large.py; one router alone is fine). Until that is found,
+# large messages are buffered whole, as before. ENMESH_ROUTER_STREAMING=1 turns it on.
+ENABLED = os.environ.get("ENMESH_ROUTER_STREAMING") == "1"
 BUFFER = 512  # qdrouterd's qd_buffer_t
 Q2_UPPER, Q2_LOWER = 256 * BUFFER, 128 * BUFFER  # QD_QLIMIT_Q2_UPPER / _LOWER, in bytes
 Q3_LOWER = 2 * 256 * BUFFER  # QD_QLIMIT_Q3_LOWER (Q2 upper x 2), in bytes

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from proton import Condition, Delivery, Message
 
+from enmesh.router import streaming
 from tests.router.conftest import account
 from tests.support.amqp import Scenario, run
 from tests.support.mesh import Mesh, RouterProcess, build_mesh
@@ -95,7 +96,7 @@ def test_a_10mb_message_streams_across_three_routers_intact(chain: Mesh) -> None
 class StalledReceiver(Scenario):
     """A consumer on router 2 that takes no bytes (a 64 KB session window it never frees);
     a producer on router 0 sends one `size`-byte message. Ends once the producer has been
-    unable to hand over any more for `STABLE` polls, or has handed over everything."""
+    unable to hand over any more and the routers' memory has stopped growing."""
 
     STABLE = 20
 
@@ -103,7 +104,7 @@ class StalledReceiver(Scenario):
         super().__init__()
         self.mesh, self.payload = mesh, _encoded(size)
         self.sending: Any = None
-        self.history: list[int] = []
+        self.history: list[tuple[int, ...]] = []
         self.rss_growth_kb: list[int] = []
         self.buffered: list[int] = []
         self.before = [_rss_kb(r) for r in mesh.routers]
@@ -130,10 +131,12 @@ class StalledReceiver(Scenario):
             event.container.schedule(POLL, self)
 
     def on_timer_task(self, event: Any) -> None:
-        self.history.append(self.sending.pending)
+        # Settled when neither the producer's unsent bytes nor any router's RSS (in MB)
+        # has changed for STABLE polls: nothing more is moving.
+        now = [_rss_kb(r) for r in self.mesh.routers]
+        self.history.append((self.sending.pending, *(kb // 1024 for kb in now)))
         recent = self.history[-self.STABLE :]
-        if self.sending.pending == 0 or (len(recent) == self.STABLE and len(set(recent)) == 1):
-            now = [_rss_kb(r) for r in self.mesh.routers]
+        if len(recent) == self.STABLE and len(set(recent)) == 1:
             self.rss_growth_kb = [a - b for a, b in zip(now, self.before, strict=True)]
             self.buffered = [_buffered(r) for r in self.mesh.routers]
             self.done()
@@ -213,8 +216,14 @@ class AbortMidway(Scenario):
         self.done()
 
 
-def test_an_aborted_delivery_aborts_its_streamed_copy(chain: Mesh) -> None:
-    scenario = run(AbortMidway(chain), timeout=60)
+@pytest.mark.xfail(
+    not streaming.ENABLED,
+    strict=True,
+    reason="streaming is off by default (ENMESH_ROUTER_STREAMING=1): see streaming.py",
+)
+def test_an_aborted_delivery_aborts_its_streamed_copy(own_chain: Mesh) -> None:
+    # Its own chain: a router that buffers whole messages is left stuck by this one.
+    scenario = run(AbortMidway(own_chain), timeout=60)
     assert scenario.aborted_seen
     assert scenario.after == ["after the abort"]
 
