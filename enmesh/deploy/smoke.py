@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from proton import Message, Timeout
-from proton.utils import BlockingConnection, BlockingReceiver
+from proton.reactor import AtMostOnce
+from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
 from enmesh.clients import connect_options
 from enmesh.compile.layout import standard_broker_name
@@ -299,9 +300,13 @@ class SmokeCheck:
             pending = set(range(len(receivers)))
             deadline = time.monotonic() + TIMEOUT
             with self.stack.connect(self.urls[0], sender, space) as connection:
-                link = connection.create_sender(address)
+                # Presettled, as multicast travels: an unsettled copy now settles only when
+                # every receiver has (qdrouterd 1.19), and these receivers just look.
+                link = connection.create_sender(address, options=AtMostOnce())
                 while pending and time.monotonic() < deadline:
                     link.send(_message(secrets.token_hex(8)), timeout=TIMEOUT)
+                    # A settled send returns at once: let the connection write it out.
+                    connection.wait(lambda: _written(link), timeout=TIMEOUT)
                     for index in sorted(pending):
                         if _drain_smoke(receivers[index]):
                             pending.discard(index)
@@ -354,6 +359,13 @@ def _pump_until_done(connection: BlockingConnection, sending: threading.Thread) 
     while sending.is_alive() and time.monotonic() < deadline:
         with suppress(Timeout):
             connection.wait(lambda: not sending.is_alive(), timeout=0.05)
+
+
+def _written(sender: BlockingSender) -> bool:
+    """Every message handed to the sender is on the wire (nothing queued or buffered)."""
+    link = sender.link
+    transport = link.connection.transport
+    return not link.queued and (transport is None or transport.pending() <= 0)
 
 
 def _drain_smoke(receiver: BlockingReceiver) -> bool:
