@@ -18,9 +18,9 @@ from enmesh.router.config import RouterConfig, RouterConfigError, load_router_co
 from enmesh.router.config_schema import SCHEMA, Attribute, Disposition, EntityType
 
 ENGINES = Path(__file__).resolve().parents[2] / "enmesh" / "compile" / "engines"
-NAMES = json.loads(
-    (ENGINES / "qdrouterd-1.19-config-names.json").read_text(encoding="utf-8")
-)["entities"]
+NAMES = json.loads((ENGINES / "qdrouterd-1.19-config-names.json").read_text(encoding="utf-8"))[
+    "entities"
+]
 # Recognised beyond qdrouterd's settable names: console's (it refuses them itself) and
 # group keys qdrouterd's policy reads though its schema marks them read-only.
 EXTRA = {
