@@ -44,8 +44,6 @@ def _connection_or_container(fields: dict[str, Any], kind: str) -> None:
 
 
 def router(fields: dict[str, Any]) -> Warnings:
-    if "sasl_config_dir" in fields:  # the field keeps the name the compiler writes
-        fields["sasl_config_path"] = fields.pop("sasl_config_dir")
     return []
 
 

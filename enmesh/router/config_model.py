@@ -51,7 +51,7 @@ class StripAnnotations(StrEnum):
 class Router:
     id: str
     mode: Mode = Mode.INTERIOR
-    sasl_config_path: Path | None = None  # qdrouterd's saslConfigDir
+    sasl_config_dir: Path | None = None  # saslConfigDir (saslConfigPath, deprecated, too)
     sasl_config_name: str = "qdrouterd"
     default_distribution: Distribution = Distribution.BALANCED
     allow_unsettled_multicast: bool = False

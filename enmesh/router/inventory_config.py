@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 PREFIX = "org.apache.qpid.dispatch."
 SECRETS = frozenset({"password", "saslPassword"})  # never reported
-FIELDS = {"saslConfigDir": "sasl_config_path"}  # attribute -> model field, where not snake_case
+FIELDS: dict[str, str] = {}  # attribute -> model field, where not snake_case
 
 
 def value(raw: Any) -> Any:

@@ -208,8 +208,8 @@ class LiveConfig:
         bound = self._bind(plan)  # may raise: nothing else has changed yet
         old = router.config
         router.config = new
-        if "sasl_config_path" in plan.router or "sasl_config_name" in plan.router:
-            path = new.router.sasl_config_path
+        if "sasl_config_dir" in plan.router or "sasl_config_name" in plan.router:
+            path = new.router.sasl_config_dir
             router.sasl = SaslSettings(str(path) if path else None, new.router.sasl_config_name)
         self._listeners(plan, bound)
         self._connectors(plan)

@@ -83,7 +83,7 @@ class Router:
         self.client_links = ClientLinks(self)
         self.mesh_links = MeshLinks(self)
         self.routing = Routing(self)
-        sasl_path = config.router.sasl_config_path
+        sasl_path = config.router.sasl_config_dir
         self.sasl = security.SaslSettings(
             str(sasl_path) if sasl_path else None, config.router.sasl_config_name
         )

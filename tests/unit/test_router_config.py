@@ -97,7 +97,7 @@ def test_local_router_0_in_detail(tmp_path: Path) -> None:
         deploy(tmp_path, conf.read_text(encoding="utf-8"), golden_policies(conf))
     )
     assert config.router.mode is Mode.INTERIOR
-    assert config.router.sasl_config_path == Path("/etc/enmesh/auth/sasl2")
+    assert config.router.sasl_config_dir == Path("/etc/enmesh/auth/sasl2")
     assert [(x.name, x.port, x.role) for x in config.listeners] == [
         ("amqp", 5672, Role.NORMAL),
         ("amqps", 5671, Role.NORMAL),
