@@ -31,6 +31,8 @@ from tests.support.rabbitmq import RabbitMQBroker
 from tests.support.sasl import make_sasldb
 from tests.support.stack import brokered_mesh
 
+OUTCOME_WAIT_SECONDS = 10.0  # for outcomes still in flight when the load stops
+
 NEW_TENANT = """
 ---
 apiVersion: enmesh.io/v1
@@ -132,6 +134,7 @@ class Load(Scenario):
         self.sender: Any = None
         self.sent = self.accepted = self.released = self.received = self.closed = 0
         self.ready = threading.Event()
+        self.stopping_since = 0.0
 
     def on_start(self, event: Any) -> None:
         consumer = self.open(account(self.mesh, 2, "backend@iot"))
@@ -146,7 +149,15 @@ class Load(Scenario):
 
     def on_timer_task(self, event: Any) -> None:
         if self.stop.is_set():
-            self.done()
+            # Stop sending, but close only once the outcomes in flight are back (they are
+            # what the test counts), or after a bounded wait for them.
+            if not self.stopping_since:
+                self.stopping_since = time.monotonic()
+            settled = self.accepted + self.released >= self.sent
+            if settled or time.monotonic() - self.stopping_since > OUTCOME_WAIT_SECONDS:
+                self.done()
+            else:
+                event.container.schedule(0.01, self)
             return
         if self.sender is not None and self.sender.credit > 0:
             self.sender.send(Message(body=self.sent))
