@@ -82,6 +82,7 @@ class Endpoint:
     idle_timeout_seconds: int = 16  # 0: no idle timeout
     max_frame_size: int = 16384
     max_sessions: int = 32768
+    max_session_frames: int = 0  # 0: unbounded (enmesh.router.session_window)
     strip_annotations: StripAnnotations = StripAnnotations.BOTH
 
 
