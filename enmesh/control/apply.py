@@ -149,12 +149,15 @@ def _desired_users(artefacts: Artefacts, target: Target, generate: bool) -> dict
             handle.flush()
             users.new_secrets(Path(handle.name), target.secrets_dir)
         return users.desired_users(deployment, target.secrets_dir)
-    found = {}
-    secrets = {s["name"]: s for s in deployment["secrets"]}
-    for user in deployment["users"]:
-        ref = secrets[user["secret"]]
-        path = target.secrets_dir / ref["name"] / ref["key"]
-        found[user["identity"]] = path.read_text().rstrip("\r\n") if path.is_file() else "?"
+    def read(name: str, key: str) -> str:
+        path = target.secrets_dir / name / key
+        return path.read_text().rstrip("\r\n") if path.is_file() else "?"
+
+    keys = {s["name"]: s["key"] for s in deployment["secrets"]}
+    found = {u["identity"]: read(u["secret"], keys[u["secret"]]) for u in deployment["users"]}
+    admin = deployment.get("administrator")
+    if admin is not None:
+        found[admin["identity"]] = read(admin["secret"], admin["key"])
     return found
 
 

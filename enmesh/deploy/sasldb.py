@@ -68,21 +68,29 @@ def _digest(users: Mapping[str, str]) -> str:
     return digest.hexdigest()
 
 
+def _read_secret(file: Path, whose: str) -> str:
+    try:
+        return file.read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise SasldbError(
+            f"secret of {whose} missing: cannot read {file} ({exc.strerror}); "
+            "create it (one line, mode 0600) or let the playbook generate it"
+        ) from None
+
+
 def read_users(deployment: Mapping[str, Any], secrets_dir: Path) -> dict[str, str]:
     """Identity -> password for every user in `deploy.json`, from `<secrets>/<name>/<key>`."""
     users: dict[str, str] = {}
     secrets = {s["name"]: s for s in deployment["secrets"]}
     for user in deployment["users"]:
         ref = secrets[user["secret"]]
-        file = secrets_dir / ref["name"] / ref["key"]
-        try:
-            password = file.read_text(encoding="utf-8").rstrip("\r\n")
-        except OSError as exc:
-            raise SasldbError(
-                f"secret of {user['identity']} missing: cannot read {file} ({exc.strerror}); "
-                "create it (one line, mode 0600) or let the playbook generate it"
-            ) from None
+        password = _read_secret(secrets_dir / ref["name"] / ref["key"], user["identity"])
         users[user["identity"]] = password
+    admin = deployment.get("administrator")  # absent from a deploy.json before it existed
+    if admin is not None:
+        users[admin["identity"]] = _read_secret(
+            secrets_dir / admin["secret"] / admin["key"], "the stack administrator"
+        )
     return users
 
 
