@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from enmesh.compile import admission, administrator, auth, broker, deploy, monitoring, router
+from enmesh.compile import administrator, admission, auth, broker, deploy, monitoring, router
 from enmesh.compile.engines import profile_of
 from enmesh.compile.engines.check import policy_problems, refuse_unserved, require_valid
 from enmesh.compile.layout import Layout

@@ -23,7 +23,9 @@ from typing import Any
 from enmesh.compile import compile_stack_file
 from enmesh.compile.artefacts import Artefacts
 from enmesh.control import brokers, routers, users
+from enmesh.control.entities import router_entities
 from enmesh.control.errors import ApplyRefused
+from enmesh.control.management import Administrator, ManagementError, confirm_addresses
 from enmesh.control.output import render
 from enmesh.control.plan import (
     BrokerPlan,
@@ -149,6 +151,7 @@ def _desired_users(artefacts: Artefacts, target: Target, generate: bool) -> dict
             handle.flush()
             users.new_secrets(Path(handle.name), target.secrets_dir)
         return users.desired_users(deployment, target.secrets_dir)
+
     def read(name: str, key: str) -> str:
         path = target.secrets_dir / name / key
         return path.read_text().rstrip("\r\n") if path.is_file() else "?"
@@ -207,8 +210,8 @@ def apply_stack(
         target.routers, target.signaller, other_files_changed=admission
     )
     clock.lap("routers (reload)")
-    for router, outcome in result.routers.items():
-        echo(f"router {router}: {outcome}")
+    _confirm(artefacts, target, result.routers, echo)
+    clock.lap("routers (confirm)")
     for broker_plan_, ctl in zip(plan.brokers, target.brokers, strict=True):
         brokers.remove(ctl, broker_plan_, forced)
     routers.install(target.config_dir, definitions)  # the brokers have them now
@@ -217,6 +220,29 @@ def apply_stack(
     laps = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in clock.phases.items())
     echo(f"applied in {result.seconds:.1f}s ({laps})")
     return result
+
+
+def _confirm(
+    artefacts: Artefacts, target: Target, outcomes: Mapping[str, str], echo: Callable[[str], None]
+) -> None:
+    """Ask each reloaded router, as the stack administrator, which addresses it serves:
+    they must be the compiled ones (the digests it reports say which files it read, this
+    says it acted on them)."""
+    admin = Administrator.of(json.loads(artefacts.files["deploy.json"]), target.secrets_dir)
+    for router in target.routers:
+        outcome = outcomes[router.id]
+        if outcome != "reloaded" or router.amqp_url is None or isinstance(admin, str):
+            echo(f"router {router.id}: {outcome}")
+            continue
+        conf = artefacts.files[router.config.relative_to(target.config_dir).as_posix()]
+        compiled = frozenset(
+            key for kind, key in router_entities(conf, router.id) if kind == "address"
+        )
+        try:
+            found = confirm_addresses(router.amqp_url, admin, compiled)
+        except ManagementError as exc:
+            raise routers.RouterError(f"router {router.id}: {exc}") from None
+        echo(f"router {router.id}: reloaded; management ({admin.identity}): {found.line()}")
 
 
 class _Clock:

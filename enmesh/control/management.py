@@ -67,15 +67,16 @@ class Session:
             body={"attributeNames": list(attributes)},
         )
         response = self.client.call(request)
-        properties = response.properties or {}
+        properties: dict[str, Any] = response.properties or {}
         status = int(properties.get("statusCode", 0))
         if status != 200:
             raise ManagementError(
                 f"{self.url}: QUERY {entity_type} answered {status} "
                 f"{properties.get('statusDescription', '')}"
             )
-        names = response.body["attributeNames"]
-        return [dict(zip(names, row, strict=True)) for row in response.body["results"]]
+        body: Any = response.body
+        names = body["attributeNames"]
+        return [dict(zip(names, row, strict=True)) for row in body["results"]]
 
 
 @contextmanager
@@ -128,3 +129,16 @@ def served(url: str, admin: Administrator) -> Served:
             len(node.query("linkRoute", ["identity"])),
             len(node.query("connection", ["identity"])),
         )
+
+
+def confirm_addresses(url: str, admin: Administrator, expected: frozenset[str]) -> Served:
+    """What the router at `url` serves, if its `address` entities are exactly `expected`."""
+    found = served(url, admin)
+    missing, extra = sorted(expected - found.addresses), sorted(found.addresses - expected)
+    if missing or extra:
+        raise ManagementError(
+            f"{url} runs its new config but its management lists other addresses: "
+            f"missing {missing[:5]}, not compiled {extra[:5]} (an address created or deleted "
+            "through management by hand is overwritten by the next reload)"
+        )
+    return found

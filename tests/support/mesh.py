@@ -250,6 +250,10 @@ def build_mesh(
         passwords[user["identity"]] = password
         ref = user["passwordSecret"]
         _write_secret(secrets_dir, ref["name"], ref["key"], password)
+    admin = users["stackAdministrator"]  # compiled, as every deployment has one
+    passwords[admin["identity"]] = secrets.token_urlsafe(12)
+    ref = admin["passwordSecret"]
+    _write_secret(secrets_dir, ref["name"], ref["key"], passwords[admin["identity"]])
     for service in users["brokerUsers"]:
         ref = service["passwordSecret"]
         _write_secret(secrets_dir, ref["name"], ref["key"], secrets.token_urlsafe(12))

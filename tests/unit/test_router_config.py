@@ -121,7 +121,8 @@ def test_local_router_0_in_detail(tmp_path: Path) -> None:
     assert config.connection("broker-0") is broker
     assert config.policy is not None
     assert config.policy.enable_vhost_policy
-    assert config.policy.max_connections == 2000 + 10  # the tenants' plans, and the administrator's vhost
+    # the tenants' plans, and the administrator's vhost
+    assert config.policy.max_connections == 2000 + 10
     assert [a.prefix for a in config.addresses] == [
         "acme/orders",
         "acme/telemetry",
