@@ -56,12 +56,17 @@ class RouterProcess:
     process: subprocess.Popen[bytes] | None = None
     admission: Path | None = None  # the compiled auth/admission.json
     wrapper: tuple[str, ...] = ()  # runs the router, e.g. `prlimit --nofile=N:N --`
+    options: tuple[str, ...] = ()  # more enmesh-router options, e.g. `--watch-config 1`
 
     def start(self) -> None:
         admission = ["--admission", str(self.admission)] if self.admission else []
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [*self.wrapper, str(ROUTER_BIN), "--config", str(self.config), *admission],
+                [
+                    *self.wrapper,
+                    str(ROUTER_BIN),
+                    *("--config", str(self.config), *admission, *self.options),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
