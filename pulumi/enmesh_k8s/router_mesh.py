@@ -1,9 +1,12 @@
 """`RouterMesh`: the compiled router configs running as a StatefulSet.
 
 Pod `<stack>-router-<i>` runs `routers/<stack>-router-<i>.conf` (its compiled id is its pod
-name). The configs live in a Secret whose name carries their content hash: a model change
-makes a new Secret, the pod template points at it and the routers roll one by one. An init
-container builds the SASL database from the users' Secrets with `enmesh deploy sasldb`.
+name). The configs live in one Secret, `<stack>-router-config`, updated in place by a model
+change; enmesh-router watches its mounted files and reloads them live (`enmesh.k8s.live`).
+The pod template carries a hash of only what a reload cannot change (the router's identity
+and listeners, or everything for an engine that cannot reload), so only such a change rolls
+the routers, one by one. An init container builds the SASL database from the users'
+Secrets with `enmesh deploy sasldb`.
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ from pathlib import PurePosixPath
 import pulumi
 import pulumi_kubernetes as k8s
 
+from enmesh.k8s import live
 from enmesh.k8s.config import KubeStackConfig, RouterEngine
 from enmesh.k8s.layout import PATHS, PORTS, KubeLayout
 from enmesh_k8s import workload as w
 
 core = k8s.core.v1
 ROUTER_USER = 10000  # skupper-router's and enmesh's images both run as this uid
-CONFIG_PREFIXES = ("routers/", "auth/", "deploy.json")
 COMMANDS = {
     RouterEngine.SKUPPER_ROUTER: ["skrouterd", "-c"],
     RouterEngine.QDROUTERD: ["qdrouterd", "-c"],
@@ -30,7 +33,12 @@ COMMANDS = {
 EXTRA_ARGS: dict[RouterEngine, list[str]] = {
     RouterEngine.SKUPPER_ROUTER: [],
     RouterEngine.QDROUTERD: [],
-    RouterEngine.ENMESH_ROUTER: ["--admission", f"{PATHS.config}/auth/admission.json"],
+    RouterEngine.ENMESH_ROUTER: [
+        "--admission",
+        f"{PATHS.config}/auth/admission.json",
+        "--watch-config",  # the Secret is updated in place: reload what kubelet swaps in
+        str(live.WATCH_SECONDS),
+    ],
 }
 
 
@@ -53,18 +61,13 @@ class RouterMesh(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         names, namespace = layout.names, layout.names.namespace
         selector = w.labels(names.stack, "router")
-        files = {
-            path: text
-            for path, text in layout.artefacts.files.items()
-            if path.startswith(CONFIG_PREFIXES)
-        }
-        config_hash = layout.artefacts.content_hash(*CONFIG_PREFIXES)
-        config_secret = core.Secret(
+        files = live.config_files(layout.artefacts.files)
+        restart_hash = live.restart_hash(layout.artefacts.files, config.routerEngine)
+        config_secret = core.Secret(  # one name, updated in place: no new pod template
             f"{name}-config",
-            metadata=w.metadata(f"{names.router}-config-{config_hash}", namespace, selector),
+            metadata=w.metadata(f"{names.router}-config", namespace, selector),
             type="Opaque",
             string_data={w.secret_file_key(path): text for path, text in files.items()},
-            immutable=True,
             opts=child,
         )
         self.config_secret_name = config_secret.metadata.apply(lambda m: str(m.name))
@@ -103,7 +106,7 @@ class RouterMesh(pulumi.ComponentResource):
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
                 template=core.PodTemplateSpecArgs(
                     metadata=k8s.meta.v1.ObjectMetaArgs(
-                        labels=selector, annotations={"enmesh.io/config-hash": config_hash}
+                        labels=selector, annotations={"enmesh.io/restart-hash": restart_hash}
                     ),
                     spec=self._pod(
                         layout=layout,
@@ -159,7 +162,7 @@ class RouterMesh(pulumi.ComponentResource):
         tls_dir = str(PurePosixPath(layout.deployment["ca"]).parent)
         sasldb_dir = str(PurePosixPath(layout.deployment["sasldb"]).parent)
         secret_name = config_secret.metadata.apply(lambda m: str(m.name))
-        files = sorted(p for p in layout.artefacts.files if p.startswith(CONFIG_PREFIXES))
+        files = sorted(live.config_files(layout.artefacts.files))
         volumes = [
             w.files_volume("config", secret_name, files),
             w.tls_volume("tls", tls_secret),
