@@ -69,8 +69,8 @@ def test_every_container_is_limited_probed_and_unprivileged(stack: str) -> None:
     capture = capture_of(stack)
     workloads = [o for o in capture.objects if pod_spec(o) is not None]
     assert {o["kind"] for o in workloads} == {"StatefulSet", "Deployment"}
-    # router (+ its sasldb init container), rabbitmq, keycloak, postgres
-    assert sum(1 for o in workloads for _ in containers(o)) == 5
+    # router (+ its sasldb init container and sidecar), rabbitmq, keycloak, postgres
+    assert sum(1 for o in workloads for _ in containers(o)) == 6
     assert hardening_problems(capture.objects) == []
     for obj in workloads:
         spec = pod_spec(obj)
@@ -329,6 +329,42 @@ def test_a_change_a_reload_cannot_make_still_rolls_the_pods(tmp_path: Path) -> N
     )
     assert qdr_changed[1] != qdr[1] and qdr[1] != base[1]
     assert "--watch-config" not in str(qdr[1])
+
+
+CLERK = """
+---
+apiVersion: enmesh.io/v1
+kind: MessagingUser
+metadata: {name: acme.clerk}
+spec:
+  addressSpace: acme
+  username: clerk
+  authentication:
+    passwordSecret: {name: acme-clerk, key: password}
+  authorization:
+    - operations: [send, recv]
+      addresses: [orders]
+"""
+
+
+def test_a_new_user_reaches_the_routers_without_new_pods(tmp_path: Path) -> None:
+    base_model = _model_variant(tmp_path, 3, 1)
+    base = run_with("local", models=[base_model])
+    more = tmp_path / "with-clerk.yml"
+    more.write_text(Path(base_model).read_text(encoding="utf-8") + CLERK, encoding="utf-8")
+    changed = run_with("local", models=[str(more)])
+    assert _router_rollout(changed)[1] == _router_rollout(base)[1]  # no pod rolls
+
+    def logins(capture: Capture) -> set[str]:
+        return set(_one(capture, "Secret", "local-router-users")["stringData"])
+
+    assert logins(changed) - logins(base) == {"acme-clerk_password"}
+    assert "enmesh-stack-admin_password" in logins(base)
+    assert "clerk@acme" in _router_rollout(changed)[2]["deploy.json"]
+    router = _one(changed, "StatefulSet", "local-router")
+    sync = {c["name"]: c for c in pod_spec(router)["initContainers"]}["sasldb-sync"]  # type: ignore[index]
+    assert sync["restartPolicy"] == "Always"  # a sidecar: it keeps the database current
+    assert sync["command"][-4:] == ["--flat-secrets", "/etc/enmesh-users", "--watch", "5"]
 
 
 def test_every_vhost_policy_reaches_the_routers_in_one_file() -> None:
