@@ -21,6 +21,7 @@ from enmesh.control.management import (
     router_url,
     served,
 )
+from enmesh.deploy import stackctl
 from enmesh.model.kinds import SPACE_NAME
 from tests.router.conftest import account
 from tests.support.mesh import Mesh, build_mesh
@@ -76,3 +77,25 @@ def test_no_model_user_can_be_the_administrator() -> None:
     """Its realm has a dot; an address space name (a DNS label) cannot."""
     realm = administrator.IDENTITY.rpartition("@")[2]
     assert re.fullmatch(SPACE_NAME, realm) is None
+
+
+def test_status_reports_what_each_router_serves(
+    mesh: Mesh, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deployment = _deployment(mesh)
+    router = deployment["routers"][0]  # type: ignore[index]
+    admin = Administrator.of(deployment, mesh.secrets_dir)
+    assert stackctl._management_line(router, admin) is True
+    unreadable = Administrator.of(deployment, mesh.directory / "no-secrets")
+    assert stackctl._management_line(router, unreadable) is True  # not judged: not asked
+    assert isinstance(admin, Administrator)
+    wrong = dataclasses.replace(admin, password="wrong")
+    assert stackctl._management_line(router, wrong) is False
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(
+        r" +management \(admin@enmesh\.stack\): \d+ addresses, \d+ autoLinks, \d+ linkRoutes, "
+        r"\d+ connections",
+        lines[0],
+    ), lines[0]
+    assert "not asked: cannot read the administrator's secret" in lines[1]
+    assert "management: FAILED: " in lines[2] and "login as admin@enmesh.stack failed" in lines[2]
