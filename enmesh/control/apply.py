@@ -227,22 +227,25 @@ def _confirm(
 ) -> None:
     """Ask each reloaded router, as the stack administrator, which addresses it serves:
     they must be the compiled ones (the digests it reports say which files it read, this
-    says it acted on them)."""
+    says it acted on them). All at once: a login (SCRAM) and four queries take a few
+    hundred milliseconds on a busy host."""
     admin = Administrator.of(json.loads(artefacts.files["deploy.json"]), target.secrets_dir)
-    for router in target.routers:
-        outcome = outcomes[router.id]
-        if outcome != "reloaded" or router.amqp_url is None or isinstance(admin, str):
-            echo(f"router {router.id}: {outcome}")
-            continue
+
+    def ask(router: routers.RouterFiles) -> str:
+        if outcomes[router.id] != "reloaded" or router.amqp_url is None or isinstance(admin, str):
+            return f"router {router.id}: {outcomes[router.id]}"
         conf = artefacts.files[router.config.relative_to(target.config_dir).as_posix()]
-        compiled = frozenset(
-            key for kind, key in router_entities(conf, router.id) if kind == "address"
-        )
+        entities = router_entities(conf, router.id)
+        compiled = frozenset(key for kind, key in entities if kind == "address")
         try:
             found = confirm_addresses(router.amqp_url, admin, compiled)
         except ManagementError as exc:
             raise routers.RouterError(f"router {router.id}: {exc}") from None
-        echo(f"router {router.id}: reloaded; management ({admin.identity}): {found.line()}")
+        return f"router {router.id}: reloaded; management ({admin.identity}): {found.line()}"
+
+    with ThreadPoolExecutor(max(1, len(target.routers))) as pool:
+        for line in pool.map(ask, target.routers):  # in order; the first failure raises
+            echo(line)
 
 
 class _Clock:
