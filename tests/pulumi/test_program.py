@@ -17,6 +17,7 @@ from enmesh.k8s.capture import Capture, run_program
 from enmesh.k8s.config import KubeStackConfig, parse_config, read_stack_file
 from enmesh.k8s.schema import containers, hardening_problems, pod_spec, schema_problems
 from tests.pulumi.conftest import CLOUDS, ROOT, STACKS, capture_of, config_with, run_with
+from tests.support.apply_target import SHOP
 
 MANAGED = {
     "aws": "eks:index:Cluster",
@@ -331,36 +332,20 @@ def test_a_change_a_reload_cannot_make_still_rolls_the_pods(tmp_path: Path) -> N
     assert "--watch-config" not in str(qdr[1])
 
 
-CLERK = """
----
-apiVersion: enmesh.io/v1
-kind: MessagingUser
-metadata: {name: acme.clerk}
-spec:
-  addressSpace: acme
-  username: clerk
-  authentication:
-    passwordSecret: {name: acme-clerk, key: password}
-  authorization:
-    - operations: [send, recv]
-      addresses: [orders]
-"""
-
-
-def test_a_new_user_reaches_the_routers_without_new_pods(tmp_path: Path) -> None:
+def test_a_new_tenant_and_user_reach_the_routers_without_new_pods(tmp_path: Path) -> None:
     base_model = _model_variant(tmp_path, 3, 1)
     base = run_with("local", models=[base_model])
-    more = tmp_path / "with-clerk.yml"
-    more.write_text(Path(base_model).read_text(encoding="utf-8") + CLERK, encoding="utf-8")
+    more = tmp_path / "with-shop.yml"  # a tenant, an anycast and a queue address, a user
+    more.write_text(Path(base_model).read_text(encoding="utf-8") + SHOP, encoding="utf-8")
     changed = run_with("local", models=[str(more)])
     assert _router_rollout(changed)[1] == _router_rollout(base)[1]  # no pod rolls
 
     def logins(capture: Capture) -> set[str]:
         return set(_one(capture, "Secret", "local-router-users")["stringData"])
 
-    assert logins(changed) - logins(base) == {"acme-clerk_password"}
+    assert logins(changed) - logins(base) == {"shop-clerk_password"}
     assert "enmesh-stack-admin_password" in logins(base)
-    assert "clerk@acme" in _router_rollout(changed)[2]["deploy.json"]
+    assert "clerk@shop" in _router_rollout(changed)[2]["deploy.json"]
     router = _one(changed, "StatefulSet", "local-router")
     sync = {c["name"]: c for c in pod_spec(router)["initContainers"]}["sasldb-sync"]  # type: ignore[index]
     assert sync["restartPolicy"] == "Always"  # a sidecar: it keeps the database current

@@ -10,14 +10,14 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from proton import LinkException, Message
+from proton import Message
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection
 
 from enmesh.compile import compile_model, load_stack
 from enmesh.control.routers import installed_digests
 from enmesh.model import load_model
-from tests.router.conftest import account
+from tests.router.conftest import account, sender_refusal
 from tests.support import kubelet
 from tests.support.mesh import Mesh, RouterProcess, build_mesh, wait_until
 
@@ -56,17 +56,6 @@ def _reloads(router: RouterProcess, result: str) -> int:
     return int(float(found[1])) if found else 0
 
 
-def _refusal(mesh: Mesh, address: str) -> str | None:
-    connection = account(mesh, 0, "backend@iot").blocking()
-    try:
-        connection.create_sender(address)
-    except LinkException as exc:
-        return str(exc)
-    finally:
-        connection.close()
-    return None
-
-
 def _flush(connection: BlockingConnection) -> None:
     transport = connection.conn.transport
     connection.wait(lambda: transport.pending() == 0, msg="writing what is queued")
@@ -89,7 +78,7 @@ def test_a_swapped_secret_volume_is_reloaded_without_dropping_a_connection(mesh:
     pid = router.process.pid
     config_dir = mesh.directory / "config"
     assert (config_dir / "..data").is_symlink() and (config_dir / "routers").is_symlink()
-    refusal = _refusal(mesh, "hot")
+    refusal = sender_refusal(mesh, "backend@iot", "hot")
     assert refusal is not None and "unauthorized" in refusal
 
     backend = account(mesh, 0, "backend@iot").blocking()  # both open across the swap
