@@ -20,7 +20,7 @@ from enmesh.control.brokers import BrokerError
 from enmesh.control.routers import RouterError
 from enmesh.deploy import stackctl
 from enmesh.deploy.bundle import write_bundle
-from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment
+from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment, watch_sasldb
 from enmesh.deploy.secrets import ensure_secrets
 from enmesh.deploy.smoke import run_smoke
 from enmesh.k8s.config import KubeStackError
@@ -110,8 +110,10 @@ def _cmd_deploy_bundle(args: argparse.Namespace) -> int:
 
 
 def _cmd_deploy_sasldb(args: argparse.Namespace) -> int:
-    path, changed = ensure_from_deployment(args.config_dir)
-    print(f"{'changed' if changed else 'unchanged'}: {path}")
+    path, changed = ensure_from_deployment(args.config_dir, args.flat_secrets)
+    print(f"{'changed' if changed else 'unchanged'}: {path}", flush=True)
+    if args.watch > 0:
+        watch_sasldb(args.config_dir, args.flat_secrets, args.watch)
     return 0
 
 
@@ -164,6 +166,19 @@ def _deploy_commands(commands: Any) -> None:
     bundle.set_defaults(run=_cmd_deploy_bundle)
     sasldb = steps.add_parser("sasldb", help="build the routers' SASL database from the secrets")
     sasldb.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
+    sasldb.add_argument(
+        "--flat-secrets",
+        type=Path,
+        metavar="DIR",
+        help="read passwords from DIR/<secret>_<key> (a Kubernetes Secret mounted whole)",
+    )
+    sasldb.add_argument(
+        "--watch",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep running: rebuild when users or passwords change, checked every SECONDS",
+    )
     sasldb.set_defaults(run=_cmd_deploy_sasldb)
     control.add_reload_step(steps)
     control.add_broker_step(steps)

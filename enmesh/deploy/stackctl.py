@@ -23,6 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from enmesh.control.management import Administrator, ManagementError, router_url, served
 from enmesh.deploy import observability
 from enmesh.deploy.smoke import Access, Stack, run_smoke
 
@@ -206,9 +207,25 @@ def _reachable_routers(host: str, port: int) -> int | None:
     return int(match[1]) if match else None
 
 
+def _management_line(router: dict[str, Any], admin: Administrator | str) -> bool:
+    """What the router serves, as its stack administrator reads it through `$management`;
+    False if the administrator cannot log in or ask."""
+    if isinstance(admin, str):
+        print(f"        management: not asked: {admin}")
+        return True  # e.g. not root: the secret is unreadable, the router may well be fine
+    try:
+        found = served(router_url(router), admin)
+    except ManagementError as exc:
+        print(f"        management: FAILED: {exc}")
+        return False
+    print(f"        management ({admin.identity}): {found.line()}")
+    return True
+
+
 def status(project: Project) -> int:
     deployment = project.deployment
     healthy = True
+    admin = Administrator.of(deployment, Path(deployment["paths"]["secrets"]))
     expected_peers = len(deployment["routers"]) - 1
     for router in deployment["routers"]:
         host, ports = router["host"], router["ports"]
@@ -221,6 +238,8 @@ def status(project: Project) -> int:
             "metrics unreachable" if peers is None else f"{peers}/{expected_peers} peers reachable"
         )
         print(f"  {'up  ' if ok else 'DOWN'}  router {router['id']:<20} {host}  {detail}; {mesh}")
+        if "amqp" not in down_ports:
+            healthy &= _management_line(router, admin)
     for broker in deployment["brokers"]:
         host, ports = broker["host"], broker["ports"]
         down_ports = [
