@@ -30,6 +30,8 @@ lint: setup
 	@$(VENV)/bin/ruff format --check enmesh pulumi spark tests benchmarks scripts roles plugins
 	@echo "==> ansible syntax"
 	@ANSIBLE_CONFIG=ansible.cfg $(VENV)/bin/ansible-playbook --syntax-check -i stacks/local.inventory.yml playbooks/*.yml >/dev/null
+	@echo "==> ansible-lint (production profile; deliberate differences in .ansible-lint)"
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=ansible.cfg $(VENV)/bin/ansible-lint -q roles playbooks molecule
 
 typecheck: setup
 	@echo "==> mypy --strict enmesh pulumi/enmesh_k8s spark/enmesh_spark"
