@@ -173,19 +173,23 @@ def test_main_prints_the_files_or_the_error(
     assert printed == [str(out / "report" / n) for n in ("dev-b.png", "summary.png", "index.json")]
 
 
-def test_data_is_read_and_out_is_written(out: Path, tmp_path: Path) -> None:
+def test_data_is_read_and_out_is_written(
+    out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 29: `--data` is the job's output, `--out` the report (`--dest` its old name)."""
     enmesh = Path(sys.executable).parent / "enmesh"
     names = ("dev-a.png", "summary.png", "index.json")
-    for flag in ("--out", "--dest"):
-        dest = tmp_path / flag.strip("-")
-        result = subprocess.run(
-            [str(enmesh), "report", "--data", str(out), flag, str(dest), "--device", "dev-a"],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        assert result.stdout.splitlines() == [str(dest / n) for n in names]
-        assert result.stderr == ""
+    dest = tmp_path / "out"
+    result = subprocess.run(
+        [str(enmesh), "report", "--data", str(out), "--out", str(dest), "--device", "dev-a"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [str(dest / n) for n in names]
+    assert result.stderr == ""
+    old = tmp_path / "dest"
+    assert main(["--data", str(out), "--dest", str(old), "--device", "dev-a"]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(old / n) for n in names]
 
 
 def test_out_alone_keeps_its_old_meaning_with_a_note(
