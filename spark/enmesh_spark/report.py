@@ -191,6 +191,7 @@ def _bars(ax: Axes, counts: dict[str, int], title: str, colour: str) -> None:
     ax.set_ylim(0, max([1, *counts.values()]) * 1.05)  # all zero: 0 to 1, not -0.06 to 0.06
     if not counts:
         ax.text(0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticks([])  # no bars: matplotlib would label -0.04 ... 0.04
 
 
 def summary_figure(index: dict[str, Any]) -> Figure:

@@ -61,3 +61,8 @@ def test_summary_has_totals_time_range_and_whole_number_axes(
     for ax in fig.axes:
         ticks = ax.get_yticks()
         assert np.all(ticks == np.round(ticks)), (ax.get_title(), ticks)
+    anomalies = next(ax for ax in fig.axes if ax.get_title() == "anomalies")
+    assert list(anomalies.get_xticks()) == [0]  # one bar, dev-a; no -0.04 ... 0.04 when empty
+    empty = summary_figure({**index, "quarantine": {}})
+    quarantine = next(ax for ax in empty.axes if ax.get_title().startswith("quarantined"))
+    assert list(quarantine.get_xticks()) == []
