@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-# The CA a client trusts on the local stack (what `make up` prints; README "Two commands").
+# The CA a client trusts on the local stack (what `make up` prints; docs/getting-started.md).
 LOCAL_CA = Path("/var/lib/enmesh/tls/ca.crt")
 
 
