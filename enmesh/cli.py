@@ -34,6 +34,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     model = load_model(args.files)
     addresses = sum(len(t.addresses) for t in model.tenants)
     users = sum(len(t.users) for t in model.tenants)
+    for warning in model.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     print(
         f"ok: {len(model.tenants)} address spaces, {addresses} addresses, {users} users "
         f"in {len(args.files)} file(s)"
@@ -48,15 +50,17 @@ def _cmd_render(args: argparse.Namespace) -> int:
         raise CompileError("render needs --out DIR (host files) or --k8s-out DIR (Kubernetes)")
     stack_file = find_stack_file(args.stack, args.stacks_dir)
     stack, artefacts = compile_stack_file(stack_file)
+    existed = {path for path in artefacts.files if (args.out / path).exists()}
     changed = write_artefacts(artefacts, args.out)
     print(f"rendered stack {stack.name!r} from {stack_file} into {args.out}:")
     for path in artefacts.files:
-        mark = "changed" if path in changed else "unchanged"
+        mark = "unchanged" if path not in changed else "changed" if path in existed else "new"
         print(f"  {mark:9}  {path}")
     removed = sorted(set(changed) - set(artefacts.files))
     for path in removed:
         print(f"  {'removed':9}  {path}")
-    print(f"{len(changed)} file(s) changed")
+    new = sum(1 for path in changed if path in artefacts.files and path not in existed)
+    print(f"{len(changed)} file(s) changed" + (f" ({new} new)" if new else ""))
     return 0
 
 
@@ -318,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except ModelInvalidError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -333,6 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         RouterError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # `enmesh render ... | head`: the reader has what it wanted
+        # Python would report the pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError as exc:
         print(f"error: {exc.strerror}: {exc.filename}", file=sys.stderr)
     except Exception as exc:  # a bug in enmesh: say so briefly, keep the trace opt-in

@@ -99,6 +99,12 @@ class Project:
         return Stack(deployment, self.build_dir, Path(endpoints["secrets"]), Path(endpoints["ca"]))
 
 
+def client_ca(endpoints: dict[str, Any], deployment: dict[str, Any]) -> str:
+    """The CA file to give clients: the copy installed on every router host, not the
+    deployer's PKI directory (where the CA's private key sits next to it)."""
+    return str(deployment.get("ca") or endpoints["ca"])
+
+
 def _try_it(endpoints: dict[str, Any], deployment: dict[str, Any], build_dir: Path) -> list[str]:
     """`enmesh send`/`receive` lines for the first anycast address someone may use."""
     first, last = deployment["routers"][0], deployment["routers"][-1]
@@ -111,7 +117,7 @@ def _try_it(endpoints: dict[str, Any], deployment: dict[str, Any], build_dir: Pa
         if sender is None or receiver is None:
             continue
         secret = {u["identity"]: u["secret"] for u in deployment["users"]}
-        common = f"--ca {endpoints['ca']} --count 3"
+        common = f"--ca {client_ca(endpoints, deployment)} --count 3"
         return [
             f"  .venv/bin/enmesh receive amqps://{last['host']}:{last['ports']['amqps']} "
             f"{entry['address']} --user {receiver} "
@@ -145,12 +151,14 @@ def describe(endpoints: dict[str, Any], deployment: dict[str, Any], build_dir: P
             f"{a['link']} ({a['type']})" for a in deployment["addresses"] if a["space"] == space
         ]
         lines.append(f"  {space}: {', '.join(addresses)}")
-    users = ", ".join(u["identity"] for u in deployment["users"])
+    lines += ["", "Users and their password files (mode 0600, on the deployer):"]
+    width = max((len(u["identity"]) for u in deployment["users"]), default=0)
+    for user in deployment["users"]:
+        password = f"{endpoints['secrets']}/{user['secret']}/password"
+        lines.append(f"  {user['identity']:<{width}}  {password}")
     lines += [
         "",
-        f"Users: {users}",
-        f"Passwords: {endpoints['secrets']}/<secret>/password (one file per user, mode 0600)",
-        f"CA certificate: {endpoints['ca']}",
+        f"CA certificate for clients (--ca): {client_ca(endpoints, deployment)}",
         "",
         *observability.describe_lines(deployment, endpoints),
         "",

@@ -1,7 +1,7 @@
 """What a router config says, checked: one frozen dataclass per qdrouterd entity.
 
 Field names are the attributes' names in snake_case; defaults are qdrouterd's except
-where the README's router section says otherwise (`mode`).
+where docs/router.md says otherwise (`mode`).
 """
 
 from __future__ import annotations

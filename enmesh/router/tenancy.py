@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enmesh.router.policy import Vhost, VhostGroup
 
 # qdrouterd's policy `defaultVhost`: the policy of clients whose hostname names no vhost.
-# enmesh stacks put their administrator there (README "Live changes").
+# enmesh stacks put their administrator there (docs/router.md "Live changes").
 DEFAULT_VHOST = "$default"
 UNKNOWN_GROUP = "$unknown"  # admitted by allowUnknownUser, with no rights at all
 
