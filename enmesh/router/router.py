@@ -39,6 +39,7 @@ from enmesh.router.connecting import (
     ConnectorState,
     listener_name,
 )
+from enmesh.router.drain import StoredDrain
 from enmesh.router.engine import Acceptor, Loop, ProtonSocket
 from enmesh.router.forwarding import AddressState, OutLink
 from enmesh.router.inlinks import InLink
@@ -83,6 +84,7 @@ class Router:
         self.client_links = ClientLinks(self)
         self.mesh_links = MeshLinks(self)
         self.routing = Routing(self)
+        self.stored_drain = StoredDrain(self)
         sasl_path = config.router.sasl_config_dir
         self.sasl = security.SaslSettings(
             str(sasl_path) if sasl_path else None, config.router.sasl_config_name
@@ -217,12 +219,15 @@ class Router:
             out.pump()
             self.link_routes.on_flow(link)
             self.routing.retry_key(out.key)
-            if link.drain_mode and not out.waiting:
+            if link.drain_mode and not out.waiting and not self.stored_drain.start(out):
                 link.drained()  # nothing to send now: give the consumer its credit back
                 self.routing.retry_key(out.key)  # credit given back is no longer demand for stored
         elif getattr(link, "enmesh_control_sender", False):
             self.mesh_links.send_control(conn)
         else:
+            inbound: InLink | None = getattr(link, "enmesh_in", None)
+            if inbound is not None and inbound.key in self.stored_drain.waiting:
+                self.stored_drain.on_source_flow(inbound)
             self.link_routes.on_flow(link)
 
     def _on_delivery(self, conn: ProtonSocket, event: Event) -> None:
