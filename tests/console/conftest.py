@@ -1,0 +1,60 @@
+"""A 2-router mesh in front of RabbitMQ, the console in front of both, a headless Chromium."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.console import Console, browser, serve_console
+from tests.support.mesh import SAMPLE_MODEL, Mesh
+from tests.support.stack import brokered_mesh
+
+# The iot tenant's operator: manages the space, sends to and receives from `jobs*`
+# (the addresses the tests create), so a real client can use what the console creates.
+OPS = """
+---
+apiVersion: enmesh.io/v1
+kind: MessagingUser
+metadata: {name: iot.ops}
+spec:
+  addressSpace: iot
+  username: ops
+  authentication:
+    passwordSecret: {name: iot-ops, key: password}
+  authorization:
+    - operations: [send, recv]
+      addresses: ["jobs*"]
+    - operations: [manage]
+"""
+
+
+@pytest.fixture(scope="package")
+def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    folder = tmp_path_factory.mktemp("console")
+    model = folder / "console.model.yml"
+    model.write_text(SAMPLE_MODEL.read_text() + OPS)
+    with brokered_mesh(folder, routers=2, models=[model]) as running:
+        yield running
+
+
+@pytest.fixture(scope="package")
+def console(mesh: Mesh) -> Iterator[Console]:
+    with serve_console(mesh) as served:
+        yield served
+
+
+@pytest.fixture(scope="package")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    chromium = browser(tmp_path_factory.mktemp("chromium"))
+    try:
+        yield chromium
+    finally:
+        chromium.quit()
+
+
+@pytest.fixture
+def runtime_file(mesh: Mesh) -> Path:
+    return mesh.directory / "state" / "runtime" / "console.model.yml"

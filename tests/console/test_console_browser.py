@@ -1,0 +1,175 @@
+"""The console in a real browser (Debian's Chromium through Selenium) against a real mesh
+and RabbitMQ: login and its refusals, a tenant kept to its space, an address created,
+used by a real AMQP client, and deleted, the model's validation messages at their
+fields, a client's connection closed. Each page's screenshot is saved as an artefact."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from proton import ConnectionException, Message
+from proton.utils import BlockingConnection
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from tests.router.conftest import account
+from tests.support.console import Console, save_screenshot
+from tests.support.mesh import Mesh, wait_until
+
+
+def ops(mesh: Mesh) -> tuple[str, str]:
+    password = (mesh.secrets_dir / "iot-ops" / "password").read_text().strip()
+    mesh.passwords.setdefault("ops@iot", password)
+    return "ops@iot", password
+
+
+def log_in(driver: Any, console: Console, username: str, password: str) -> None:
+    driver.delete_all_cookies()
+    driver.get(console.url + "/login")
+    driver.find_element(By.ID, "username").send_keys(username)
+    driver.find_element(By.ID, "password").send_keys(password)
+    driver.find_element(By.ID, "login").click()
+
+
+def text(driver: Any, selector: str) -> str:
+    return str(driver.find_element(By.CSS_SELECTOR, selector).text)
+
+
+def test_a_wrong_password_and_a_user_without_manage_are_refused(
+    driver: Any, console: Console, mesh: Mesh
+) -> None:
+    identity, password = ops(mesh)
+    log_in(driver, console, identity, password + "x")
+    assert text(driver, "#login-error") == "wrong username or password"
+    save_screenshot(driver, "login-refused")
+    log_in(driver, console, "device@iot", mesh.passwords["device@iot"])
+    assert "has no `manage` right" in text(driver, "#login-error")
+    assert not driver.find_elements(By.ID, "logout")
+
+
+def test_a_tenant_sees_only_its_own_space(driver: Any, console: Console, mesh: Mesh) -> None:
+    log_in(driver, console, *ops(mesh))
+    assert driver.current_url.endswith("/spaces/iot")
+    driver.get(console.url + "/spaces")
+    spaces = [
+        row.text.split()[0] for row in driver.find_elements(By.CSS_SELECTOR, "#spaces tbody tr")
+    ]
+    assert spaces == ["iot"]
+    save_screenshot(driver, "spaces")
+    driver.get(console.url + "/spaces/acme")
+    assert text(driver, "#error") == "no address space 'acme'"
+    driver.get(console.url + "/spaces/acme/connections")
+    assert text(driver, "#error") == "no address space 'acme'"
+    driver.find_element(By.ID, "logout").click()
+    driver.get(console.url + "/spaces/iot")
+    assert driver.current_url.endswith("/login")
+
+
+def _new_address(driver: Any, console: Console, **fields: str) -> None:
+    driver.get(console.url + "/spaces/iot/addresses/new")
+    for name, value in fields.items():
+        element = driver.find_element(By.ID, name)
+        if element.tag_name == "select":
+            Select(element).select_by_value(value)
+        else:
+            element.clear()
+            element.send_keys(value)
+    driver.find_element(By.ID, "create").click()
+
+
+def test_the_models_messages_show_at_their_fields_and_nothing_is_applied(
+    driver: Any, console: Console, mesh: Mesh, runtime_file: Path
+) -> None:
+    before = runtime_file.read_text() if runtime_file.exists() else None
+    log_in(driver, console, *ops(mesh))
+    _new_address(driver, console, address="bad name!", type="anycast", plan="standard-anycast")
+    assert "should match pattern" in text(driver, "#address-error")
+    save_screenshot(driver, "address-invalid")
+    _new_address(driver, console, address="telemetry", type="anycast", plan="standard-anycast")
+    assert "duplicate address 'telemetry'" in text(driver, "#address-error")
+    _new_address(
+        driver,
+        console,
+        address="jobs-audit",
+        type="subscription",
+        plan="standard-subscription",
+        topic="no-such-topic",
+    )
+    assert "no-such-topic" in text(driver, "#topic-error")
+    _new_address(driver, console, address="jobs-x", type="queue", plan="standard-anycast")
+    assert "standard-anycast" in text(driver, "#plan-error")
+    _new_address(
+        driver, console, address="jobs-y", type="queue", plan="standard-queue", ttlSeconds="soon"
+    )
+    assert "integer" in text(driver, "#ttlSeconds-error")
+    assert (runtime_file.read_text() if runtime_file.exists() else None) == before
+
+
+def _stored(driver: Any, console: Console, address: str) -> str:
+    driver.get(console.url + "/spaces/iot")
+    return text(driver, f"#address-{address} .stored")
+
+
+def test_create_a_queue_use_it_and_delete_it(
+    driver: Any, console: Console, mesh: Mesh, runtime_file: Path
+) -> None:
+    log_in(driver, console, *ops(mesh))
+    _new_address(
+        driver, console, address="jobs", type="queue", plan="standard-queue", maxDeliveries="3"
+    )
+    assert text(driver, ".flash") == "address jobs created"
+    assert "jobs" in runtime_file.read_text()
+    assert text(driver, "#address-jobs .stored") == "0 stored"
+    connection = account(mesh, 1, "ops@iot").blocking()
+    try:
+        sender = connection.create_sender("jobs")
+        for n in range(5):
+            sender.send(Message(body=f"job {n}"))
+        assert _stored(driver, console, "jobs") == "5 stored"
+        save_screenshot(driver, "addresses")
+        receiver = connection.create_receiver("jobs", credit=2)
+        bodies = [receiver.receive(timeout=10).body for _ in range(2)]
+        receiver.accept()
+        assert bodies == ["job 0", "job 1"]
+        receiver.close()
+        wait_until(lambda: _stored(driver, console, "jobs") == "3 stored", 15, "3 stored")
+    finally:
+        connection.close()
+    driver.find_element(By.CSS_SELECTOR, "#address-jobs .delete").click()
+    assert text(driver, "#stored-warning") == "3 messages stored on the brokers will be lost."
+    save_screenshot(driver, "address-delete")
+    driver.find_element(By.ID, "delete").click()  # without typing the name: kept
+    assert "not deleted" in text(driver, ".flash")
+    driver.find_element(By.ID, "confirm").send_keys("jobs")
+    driver.find_element(By.ID, "delete").click()
+    assert text(driver, ".flash") == "address jobs deleted"
+    assert not driver.find_elements(By.ID, "address-jobs")
+    assert "jobs" not in runtime_file.read_text()
+
+
+def test_close_a_clients_connection(driver: Any, console: Console, mesh: Mesh) -> None:
+    identity, password = ops(mesh)
+    client: BlockingConnection = account(mesh, 0, identity).blocking()
+    try:
+        log_in(driver, console, identity, password)
+        driver.get(console.url + "/spaces/iot/connections")
+        rows = driver.find_elements(By.CSS_SELECTOR, "#router-test-router-0 tr.connection")
+        mine = [row for row in rows if row.get_attribute("data-user") == identity]
+        assert len(mine) == 1, [row.text for row in rows]
+        save_screenshot(driver, "connections")
+        mine[0].find_element(By.CSS_SELECTOR, "button.close").click()
+        assert "closed" in text(driver, ".flash")
+
+        def closed() -> bool:
+            try:
+                client.create_sender("jobs-probe")
+            except ConnectionException:
+                return True
+            return False
+
+        wait_until(closed, 10, "the client's connection to be closed")
+    finally:
+        with contextlib.suppress(ConnectionException):
+            client.close()
