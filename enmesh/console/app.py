@@ -128,7 +128,7 @@ class Console:
             log.info("login refused for %r: %s", username, error)
             return await self.login_form(request, error, 401)
         log.info("login: %s", username)
-        response = RedirectResponse("/spaces", 303)
+        response = RedirectResponse("/", 303)
         self.cookie(response, COOKIE, self.sessions.create(session))
         response.delete_cookie(LOGIN_COOKIE)
         return response

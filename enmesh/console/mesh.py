@@ -93,8 +93,7 @@ class Management:
         try:
             self.sender.send(request)
             while True:
-                reply = self.replies.receive(timeout=self.timeout)
-                self.replies.accept()
+                reply = self.replies.receive(timeout=self.timeout)  # sent settled
                 if reply.correlation_id == request.correlation_id:
                     props: dict[str, Any] = reply.properties or {}
                     return int(props["statusCode"]), str(props["statusDescription"]), reply.body

@@ -106,9 +106,12 @@ def _dump(documents: list[dict[str, Any]]) -> str:
 def field_errors(problems: list[Problem]) -> dict[str, list[str]]:
     """Form field -> the model validator's messages for it."""
     errors: dict[str, list[str]] = {}
+    address_said = any(p.field == "spec.address" for p in problems)
     for problem in problems:
         name = problem.field.removeprefix("spec.")
         if name == "metadata.name":
+            if address_said:
+                continue  # the name is made of the address: one message is enough
             name = "address"
         key = name if name in ADDRESS_FIELDS else GENERAL
         message = problem.message if key else f"{problem.field or 'document'}: {problem.message}"

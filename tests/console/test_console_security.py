@@ -21,7 +21,7 @@ def _ops(mesh: Mesh) -> tuple[str, str]:
 def test_the_session_cookie_is_secure_httponly_samesite(console: Console, mesh: Mesh) -> None:
     http = Http(console)  # the handshake checks the certificate against the stack's CA
     response = http.login(*_ops(mesh))
-    assert response.status == 303 and response.headers["Location"] == "/spaces"
+    assert response.status == 303 and response.headers["Location"] == "/"
     session = [h for h in http.set_cookie_headers if h.startswith("enmesh_console=")]
     assert len(session) == 1
     flags = {part.strip().lower() for part in session[0].split(";")[1:]}
