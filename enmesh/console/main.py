@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         ssl_keyfile=str(args.key),
         access_log=False,  # paths only, but keep the log to what the console says
         log_level="info",
+        timeout_graceful_shutdown=5,
     )
     return 0
 

@@ -10,16 +10,19 @@ not filter on its own what the router would have shown.
 from __future__ import annotations
 
 import itertools
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from proton import ConnectionException, Message, Timeout
+from proton.reactor import Container
 from proton.utils import BlockingConnection
 
 from enmesh.clients import connect_options
 
 NODE_TYPE = "org.amqp.management"
+CONSOLE_CONTAINER = "enmesh-console"  # the console's own connections say who they are
 _correlation = itertools.count(1)
 
 
@@ -50,7 +53,9 @@ def _connect(router: Router, who: Credentials, ca: Path, timeout: float) -> Bloc
         mechanisms="PLAIN",  # over TLS only (amqps URL)
     )
     del options["reconnect"]
-    return BlockingConnection(options.pop("url"), timeout=timeout, **options)
+    container = Container()
+    container.container_id = f"{CONSOLE_CONTAINER}-{uuid.uuid4()}"
+    return BlockingConnection(options.pop("url"), timeout=timeout, container=container, **options)
 
 
 def check_login(router: Router, who: Credentials, ca: Path, timeout: float = 10) -> bool:

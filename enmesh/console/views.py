@@ -13,6 +13,7 @@ from typing import Any
 from enmesh.compile.layout import STANDARD_BROKER_VHOST, standard_broker_name
 from enmesh.console.mesh import (
     CONNECTION_COLUMNS,
+    CONSOLE_CONTAINER,
     LINK_COLUMNS,
     Credentials,
     Management,
@@ -55,12 +56,15 @@ def read_routers(routers: Iterable[Router], who: Credentials, ca: Path) -> list[
 
 
 def client_connections(views: list[RouterView], space: str | None) -> list[RouterView]:
-    """Only clients' connections (no inter-router or broker ones), of `space` if given."""
+    """Only clients' connections (no inter-router or broker ones, not the console's own
+    reads), of `space` if given."""
     for view in views:
         view.connections = [
             c
             for c in view.connections
-            if c.get("role") == "normal" and (space is None or c.get("tenant") == space)
+            if c.get("role") == "normal"
+            and not str(c.get("container")).startswith(CONSOLE_CONTAINER)
+            and (space is None or c.get("tenant") == space)
         ]
         ids = {str(c["identity"]) for c in view.connections}
         view.links = [link for link in view.links if str(link.get("connectionId")) in ids]

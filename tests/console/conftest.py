@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from tests.support.console import Console, browser, serve_console
-from tests.support.mesh import SAMPLE_MODEL, Mesh
+from tests.support.mesh import SAMPLE_MODEL, Mesh, build_mesh
+from tests.support.qdmanage import ADMINISTRATOR, add_administrator
 from tests.support.stack import brokered_mesh
 
 # The iot tenant's operator: manages the space, sends to and receives from `jobs*`
@@ -31,13 +32,38 @@ spec:
 """
 
 
+def _model(folder: Path) -> Path:
+    model = folder / "console.model.yml"
+    model.write_text(SAMPLE_MODEL.read_text() + OPS)
+    return model
+
+
 @pytest.fixture(scope="package")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     folder = tmp_path_factory.mktemp("console")
-    model = folder / "console.model.yml"
-    model.write_text(SAMPLE_MODEL.read_text() + OPS)
-    with brokered_mesh(folder, routers=2, models=[model]) as running:
+    with brokered_mesh(folder, routers=2, models=[_model(folder)]) as running:
         yield running
+
+
+@pytest.fixture(scope="package")
+def admin_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """One router, no broker, with a stack administrator. Its own mesh: `enmesh apply`
+    (which the other tests run) rebuilds the SASL database and policies from the model,
+    and the administrator is in neither (a stack has no administrator identity yet)."""
+    folder = tmp_path_factory.mktemp("console-admin")
+    mesh = build_mesh(folder, routers=1, models=[_model(folder)])
+    add_administrator(mesh)
+    try:
+        mesh.start()
+        yield mesh
+    finally:
+        mesh.stop()
+
+
+@pytest.fixture(scope="package")
+def admin_console(admin_mesh: Mesh) -> Iterator[Console]:
+    with serve_console(admin_mesh, administrator=ADMINISTRATOR) as served:
+        yield served
 
 
 @pytest.fixture(scope="package")

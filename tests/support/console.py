@@ -69,6 +69,7 @@ def serve_console(mesh: Mesh, administrator: str | None = None) -> Iterator[Cons
         ssl_certfile=str(pair.cert),
         ssl_keyfile=str(pair.key),
         log_level="warning",
+        timeout_graceful_shutdown=3,  # the browser keeps connections open
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="console", daemon=True)
