@@ -21,12 +21,12 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from enmesh.console import views
+from enmesh.console import charts, views
 from enmesh.console.mesh import Credentials, Management, MeshError, Router, check_login
 from enmesh.console.runtime import ADDRESS_FIELDS, GENERAL, ChangeError, Changes
 from enmesh.console.sessions import COOKIE, Session, Sessions
@@ -47,6 +47,7 @@ class Settings:
     ca: Path
     target: Callable[[], Target]
     administrator: str | None = None  # SASL identity of the stack administrator
+    prometheus: str | None = None  # base URL of the stack's Prometheus, for the charts
     secure_cookies: bool = True
 
 
@@ -210,7 +211,19 @@ class Console:
             rows=shown,
             total=len(rows),
             query=query,
+            charts=self.settings.prometheus is not None,
         )
+
+    async def rates(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+        await run_in_threadpool(self.tenant_of, session, space)
+        if self.settings.prometheus is None:
+            return JSONResponse({"error": "this stack's console has no Prometheus"}, 404)
+        try:
+            data = await run_in_threadpool(charts.space_rates, self.settings.prometheus, space)
+        except charts.PrometheusError as exc:
+            return JSONResponse({"error": str(exc)}, 502)
+        return JSONResponse(data)
 
     def address_form(
         self,
@@ -325,6 +338,7 @@ class Console:
             Route("/", a(self.home)),
             Route("/spaces", a(self.spaces)),
             Route(space, a(self.space)),
+            Route(f"{space}/rates.json", a(self.rates)),
             Route(f"{space}/addresses/new", a(self.new_address)),
             Route(f"{space}/addresses", a(self.create_address, post=True), methods=["POST"]),
             Route(f"{space}/addresses/{{address}}/delete", a(self.confirm_delete)),

@@ -24,6 +24,11 @@ def routers_of(deployment: dict[str, Any]) -> tuple[Router, ...]:
     )
 
 
+def _prometheus(deployment: dict[str, Any]) -> str | None:
+    monitoring = deployment.get("monitoring")
+    return f"http://{monitoring['host']}:{monitoring['port']}" if monitoring else None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="enmesh-console",
@@ -41,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
         "--administrator",
         metavar="IDENTITY",
         help="SASL identity of the stack administrator (logs in on the default vhost)",
+    )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="the stack's Prometheus for the charts (default: the one deploy.json names, if any)",
     )
     parser.add_argument("--rabbitmq-node", default="rabbit@localhost", metavar="NODE")
     parser.add_argument("--supervisor-config", default=SUPERVISOR_CONFIG, metavar="FILE")
@@ -71,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         ca=Path(deployment["ca"]),
         target=target,
         administrator=args.administrator,
+        prometheus=args.prometheus or _prometheus(deployment),
     )
     uvicorn.run(
         create_app(settings),

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.console import Console, browser, serve_console
 from tests.support.mesh import SAMPLE_MODEL, Mesh, build_mesh
+from tests.support.prometheus import run_prometheus
 from tests.support.qdmanage import ADMINISTRATOR, add_administrator
 from tests.support.stack import brokered_mesh
 
@@ -62,7 +63,11 @@ def admin_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
 
 @pytest.fixture(scope="package")
 def admin_console(admin_mesh: Mesh) -> Iterator[Console]:
-    with serve_console(admin_mesh, administrator=ADMINISTRATOR) as served:
+    """With the stack's Prometheus (Debian's, scraping every second) for the charts."""
+    with (
+        run_prometheus(admin_mesh) as prometheus,
+        serve_console(admin_mesh, administrator=ADMINISTRATOR, prometheus=prometheus) as served,
+    ):
         yield served
 
 

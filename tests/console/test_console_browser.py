@@ -6,6 +6,7 @@ fields, a client's connection closed. Each page's screenshot is saved as an arte
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.router.conftest import account
-from tests.support.console import Console, save_screenshot
+from tests.router.test_metrics import send
+from tests.support.console import Console, Http, save_screenshot
 from tests.support.mesh import Mesh, wait_until
 from tests.support.qdmanage import ADMINISTRATOR
 
@@ -201,3 +203,25 @@ def test_the_administrator_sees_every_space_and_closes_a_connection(
     finally:
         with contextlib.suppress(ConnectionException):
             client.close()
+
+
+def test_the_space_page_charts_the_last_hour_from_prometheus(
+    driver: Any, admin_console: Console, admin_mesh: Mesh
+) -> None:
+    http = Http(admin_console)
+    assert http.login("ops@iot", admin_mesh.passwords["ops@iot"]).status == 303
+
+    def messages_in() -> float | None:
+        reply = http.request("GET", "/spaces/iot/rates.json")
+        assert reply.status == 200
+        series = json.loads(reply.read())["datasets"][0]["data"]
+        return max((value for value in series if value is not None), default=None)
+
+    # A recorded rate (two samples) before the messages, so rate() sees them arrive.
+    wait_until(lambda: messages_in() is not None, 30, "Prometheus to record a first rate")
+    send(admin_mesh, 40, producer_at=0, consumer_at=0)  # into iot/telemetry
+    wait_until(lambda: (messages_in() or 0) > 0, 30, "Prometheus to record the space's rate")
+    log_in(driver, admin_console, "ops@iot", admin_mesh.passwords["ops@iot"])
+    drawn = "return Chart.getChart(document.getElementById('rates-chart'))?.data.datasets.length"
+    wait_until(lambda: driver.execute_script(drawn) == 2, 15, "Chart.js to draw the chart")
+    save_screenshot(driver, "space")

@@ -43,7 +43,9 @@ class Console:
 
 
 @contextmanager
-def serve_console(mesh: Mesh, administrator: str | None = None) -> Iterator[Console]:
+def serve_console(
+    mesh: Mesh, administrator: str | None = None, prometheus: str | None = None
+) -> Iterator[Console]:
     """The console of `mesh`, on a free port, until the block ends."""
     pki = mesh.extra["pki"]
     assert isinstance(pki, Pki)
@@ -60,6 +62,7 @@ def serve_console(mesh: Mesh, administrator: str | None = None) -> Iterator[Cons
             else _brokerless_target(mesh)
         ),
         administrator=administrator,
+        prometheus=prometheus,
     )
     port = free_port_block(1)
     config = uvicorn.Config(
