@@ -292,6 +292,87 @@ class Console:
             session.flash.append(str(exc))
         return RedirectResponse(f"/spaces/{space}", 303)
 
+    async def users(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+
+        def gather() -> tuple[Tenant, set[str]]:
+            return self.tenant_of(session, space), self.changes.source().added_names()
+
+        tenant, added = await run_in_threadpool(gather)
+        return self.page(request, "users.html", session=session, tenant=tenant, added=added)
+
+    def user_form(
+        self,
+        request: Request,
+        session: Session,
+        tenant: Tenant,
+        values: dict[str, Any],
+        errors: dict[str, list[str]],
+    ) -> Response:
+        return self.page(
+            request,
+            "user_new.html",
+            400 if errors else 200,
+            session=session,
+            tenant=tenant,
+            values=values,
+            errors=errors,
+            general=errors.get(GENERAL, []),
+        )
+
+    async def new_user(self, request: Request, session: Session) -> Response:
+        tenant = await run_in_threadpool(self.tenant_of, session, request.path_params["space"])
+        return self.user_form(request, session, tenant, {"operations": []}, {})
+
+    async def create_user(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+        form = await request.form()
+        values: dict[str, Any] = {
+            "username": str(form.get("username", "")),
+            "addresses": str(form.get("addresses", "")),
+            "operations": [str(op) for op in form.getlist("operations")],
+        }
+        tenant = await run_in_threadpool(self.tenant_of, session, space)
+        try:
+            errors, password = await run_in_threadpool(self.changes.create_user, space, values)
+        except ChangeError as exc:
+            errors, password = {GENERAL: [str(exc)]}, ""
+        if errors:
+            return self.user_form(request, session, tenant, values, errors)
+        log.info("user %s@%s created", values["username"], space)  # never its password
+        return self.page(
+            request,
+            "user_created.html",
+            201,
+            session=session,
+            tenant=tenant,
+            username=values["username"],
+            password=password,
+        )
+
+    async def confirm_delete_user(self, request: Request, session: Session) -> Response:
+        tenant = await run_in_threadpool(self.tenant_of, session, request.path_params["space"])
+        return self.page(
+            request,
+            "user_delete.html",
+            session=session,
+            tenant=tenant,
+            username=request.path_params["username"],
+        )
+
+    async def delete_user(self, request: Request, session: Session) -> Response:
+        space, username = request.path_params["space"], request.path_params["username"]
+        form = await request.form()
+        if form.get("confirm") != username:
+            session.flash.append(f"not deleted: type {username!r} to confirm")
+            return RedirectResponse(f"/spaces/{space}/users/{username}/delete", 303)
+        try:
+            await run_in_threadpool(self.changes.delete_user, space, username)
+            session.flash.append(f"user {username} deleted")
+        except ChangeError as exc:
+            session.flash.append(str(exc))
+        return RedirectResponse(f"/spaces/{space}/users", 303)
+
     async def connections(self, request: Request, session: Session) -> Response:
         space = request.path_params["space"]
         await run_in_threadpool(self.tenant_of, session, space)
@@ -345,6 +426,15 @@ class Console:
             Route(
                 f"{space}/addresses/{{address}}/delete",
                 a(self.delete_address, post=True),
+                methods=["POST"],
+            ),
+            Route(f"{space}/users", a(self.users)),
+            Route(f"{space}/users/new", a(self.new_user)),
+            Route(f"{space}/users", a(self.create_user, post=True), methods=["POST"]),
+            Route(f"{space}/users/{{username}}/delete", a(self.confirm_delete_user)),
+            Route(
+                f"{space}/users/{{username}}/delete",
+                a(self.delete_user, post=True),
                 methods=["POST"],
             ),
             Route(f"{space}/connections", a(self.connections)),

@@ -18,6 +18,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.router.conftest import account
 from tests.router.test_metrics import send
+from tests.support.amqp import Account
 from tests.support.console import Console, Http, save_screenshot
 from tests.support.mesh import Mesh, wait_until
 from tests.support.qdmanage import ADMINISTRATOR
@@ -175,7 +176,16 @@ def test_the_administrator_sees_every_space_and_closes_a_connection(
     console, mesh = admin_console, admin_mesh
     identity, password = "ops@iot", mesh.passwords["ops@iot"]
     client: BlockingConnection = account(mesh, 0, identity).blocking()
+
+    def closed() -> bool:
+        try:
+            client.create_sender("jobs-probe")
+        except ConnectionException:
+            return True
+        return False
+
     try:
+        assert not closed()
         log_in(driver, console, identity, password)  # a tenant's manage right reads only
         driver.get(console.url + "/spaces/iot/connections")
         assert driver.find_elements(By.CSS_SELECTOR, "tr.connection")
@@ -191,14 +201,6 @@ def test_the_administrator_sees_every_space_and_closes_a_connection(
         save_screenshot(driver, "connections")
         click(driver, mine[0].find_element(By.CSS_SELECTOR, "button.close"))
         assert "closed" in text(driver, ".flash")
-
-        def closed() -> bool:
-            try:
-                client.create_sender("jobs-probe")
-            except ConnectionException:
-                return True
-            return False
-
         wait_until(closed, 10, "the client's connection to be closed")
     finally:
         with contextlib.suppress(ConnectionException):
@@ -225,3 +227,48 @@ def test_the_space_page_charts_the_last_hour_from_prometheus(
     drawn = "return Chart.getChart(document.getElementById('rates-chart'))?.data.datasets.length"
     wait_until(lambda: driver.execute_script(drawn) == 2, 15, "Chart.js to draw the chart")
     save_screenshot(driver, "space")
+
+
+def test_create_a_user_connect_with_the_shown_password_then_delete_it(
+    driver: Any, console: Console, mesh: Mesh, runtime_file: Path
+) -> None:
+    log_in(driver, console, *ops(mesh))
+
+    def new_user(username: str, operations: list[str], addresses: str) -> None:
+        driver.get(console.url + "/spaces/iot/users/new")
+        driver.find_element(By.ID, "username").send_keys(username)
+        for operation in operations:
+            driver.find_element(By.ID, f"op-{operation}").click()
+        driver.find_element(By.ID, "addresses").send_keys(addresses)
+        click(driver, driver.find_element(By.ID, "create"))
+
+    new_user("Bad_Name", ["send"], "jobs*")
+    assert "Bad_Name" in text(driver, "#username-error")
+    new_user("jobs-app", ["send"], "")
+    assert "need at least one address pattern" in text(driver, "#operations-error")
+    assert "jobs-app" not in (runtime_file.read_text() if runtime_file.exists() else "")
+    new_user("jobs-app", ["send", "recv"], "jobs*")
+    password = text(driver, "#password")
+    assert len(password) >= 16
+    save_screenshot(driver, "user-created")
+    client = Account(mesh.url(0), "jobs-app@iot", password, "iot", mesh.ca).blocking()
+
+    def closed() -> bool:  # the routers close a removed user's connections
+        try:
+            client.create_sender("jobs-probe")  # allowed by its rule
+        except ConnectionException:
+            return True
+        return False
+
+    try:
+        assert not closed()
+        driver.get(console.url + "/spaces/iot/users")
+        click(driver, driver.find_element(By.CSS_SELECTOR, "#user-jobs-app .delete"))
+        driver.find_element(By.ID, "confirm").send_keys("jobs-app")
+        click(driver, driver.find_element(By.ID, "delete"))
+        assert text(driver, ".flash") == "user jobs-app deleted"
+        wait_until(closed, 15, "the deleted user's connection to be closed")
+    finally:
+        with contextlib.suppress(ConnectionException):
+            client.close()
+    assert "jobs-app" not in runtime_file.read_text()
