@@ -225,17 +225,20 @@ class Console:
             return JSONResponse({"error": str(exc)}, 502)
         return JSONResponse(data)
 
-    def address_form(
+    def form_page(
         self,
         request: Request,
+        template: str,
         session: Session,
         tenant: Tenant,
-        values: dict[str, str],
+        *,
+        values: dict[str, Any],
         errors: dict[str, list[str]],
     ) -> Response:
+        """A create form, again with the model's messages next to their fields."""
         return self.page(
             request,
-            "address_new.html",
+            template,
             400 if errors else 200,
             session=session,
             tenant=tenant,
@@ -246,7 +249,7 @@ class Console:
 
     async def new_address(self, request: Request, session: Session) -> Response:
         tenant = await run_in_threadpool(self.tenant_of, session, request.path_params["space"])
-        return self.address_form(request, session, tenant, {}, {})
+        return self.form_page(request, "address_new.html", session, tenant, values={}, errors={})
 
     async def create_address(self, request: Request, session: Session) -> Response:
         space = request.path_params["space"]
@@ -258,7 +261,9 @@ class Console:
         except ChangeError as exc:
             errors = {GENERAL: [str(exc)]}
         if errors:
-            return self.address_form(request, session, tenant, values, errors)
+            return self.form_page(
+                request, "address_new.html", session, tenant, values=values, errors=errors
+            )
         session.flash.append(f"address {values['address']} created")
         return RedirectResponse(f"/spaces/{space}", 303)
 
@@ -280,17 +285,10 @@ class Console:
         )
 
     async def delete_address(self, request: Request, session: Session) -> Response:
-        space, address = request.path_params["space"], request.path_params["address"]
-        form = await request.form()
-        if form.get("confirm") != address:
-            session.flash.append(f"not deleted: type {address!r} to confirm")
-            return RedirectResponse(f"/spaces/{space}/addresses/{address}/delete", 303)
-        try:
-            await run_in_threadpool(self.changes.delete_address, space, address)
-            session.flash.append(f"address {address} deleted")
-        except ChangeError as exc:
-            session.flash.append(str(exc))
-        return RedirectResponse(f"/spaces/{space}", 303)
+        space = request.path_params["space"]
+        return await self.confirmed_delete(
+            request, session, "address", f"/spaces/{space}", self.changes.delete_address
+        )
 
     async def users(self, request: Request, session: Session) -> Response:
         space = request.path_params["space"]
@@ -301,28 +299,11 @@ class Console:
         tenant, added = await run_in_threadpool(gather)
         return self.page(request, "users.html", session=session, tenant=tenant, added=added)
 
-    def user_form(
-        self,
-        request: Request,
-        session: Session,
-        tenant: Tenant,
-        values: dict[str, Any],
-        errors: dict[str, list[str]],
-    ) -> Response:
-        return self.page(
-            request,
-            "user_new.html",
-            400 if errors else 200,
-            session=session,
-            tenant=tenant,
-            values=values,
-            errors=errors,
-            general=errors.get(GENERAL, []),
-        )
-
     async def new_user(self, request: Request, session: Session) -> Response:
         tenant = await run_in_threadpool(self.tenant_of, session, request.path_params["space"])
-        return self.user_form(request, session, tenant, {"operations": []}, {})
+        return self.form_page(
+            request, "user_new.html", session, tenant, values={"operations": []}, errors={}
+        )
 
     async def create_user(self, request: Request, session: Session) -> Response:
         space = request.path_params["space"]
@@ -338,7 +319,9 @@ class Console:
         except ChangeError as exc:
             errors, password = {GENERAL: [str(exc)]}, ""
         if errors:
-            return self.user_form(request, session, tenant, values, errors)
+            return self.form_page(
+                request, "user_new.html", session, tenant, values=values, errors=errors
+            )
         log.info("user %s@%s created", values["username"], space)  # never its password
         return self.page(
             request,
@@ -361,17 +344,32 @@ class Console:
         )
 
     async def delete_user(self, request: Request, session: Session) -> Response:
-        space, username = request.path_params["space"], request.path_params["username"]
+        space = request.path_params["space"]
+        return await self.confirmed_delete(
+            request, session, "username", f"/spaces/{space}/users", self.changes.delete_user
+        )
+
+    async def confirmed_delete(
+        self,
+        request: Request,
+        session: Session,
+        param: str,
+        listing: str,
+        delete: Callable[[str, str], None],
+    ) -> Response:
+        """Delete once the user typed the name (else back to the confirmation page)."""
+        space, name = request.path_params["space"], request.path_params[param]
+        what = "user" if param == "username" else param
         form = await request.form()
-        if form.get("confirm") != username:
-            session.flash.append(f"not deleted: type {username!r} to confirm")
-            return RedirectResponse(f"/spaces/{space}/users/{username}/delete", 303)
+        if form.get("confirm") != name:
+            session.flash.append(f"not deleted: type {name!r} to confirm")
+            return RedirectResponse(request.url.path, 303)
         try:
-            await run_in_threadpool(self.changes.delete_user, space, username)
-            session.flash.append(f"user {username} deleted")
+            await run_in_threadpool(delete, space, name)
+            session.flash.append(f"{what} {name} deleted")
         except ChangeError as exc:
             session.flash.append(str(exc))
-        return RedirectResponse(f"/spaces/{space}/users", 303)
+        return RedirectResponse(listing, 303)
 
     async def connections(self, request: Request, session: Session) -> Response:
         space = request.path_params["space"]

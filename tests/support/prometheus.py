@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -13,6 +14,14 @@ from tests.support.mesh import Mesh, wait_until
 from tests.support.ports import free_port, port_is_listening
 
 PROMETHEUS = shutil.which("prometheus")
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
 
 
 @contextmanager
@@ -37,8 +46,10 @@ def run_prometheus(mesh: Mesh) -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_until(lambda: port_is_listening(port), 30, "prometheus to listen")
-        yield f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        # Listening is not ready: its API answers 503 until the storage is open.
+        wait_until(lambda: port_is_listening(port) and _ready(url), 30, "prometheus to be ready")
+        yield url
     finally:
         process.terminate()
         process.wait(30)
