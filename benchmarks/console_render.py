@@ -24,21 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.console import Http, serve_console  # noqa: E402
+from tests.support.console import OPS, Http, serve_console  # noqa: E402
 from tests.support.mesh import SAMPLE_MODEL, build_mesh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "console_render.json"
-MANAGER = """
----
-apiVersion: enmesh.io/v1
-kind: MessagingUser
-metadata: {name: iot.ops}
-spec:
-  addressSpace: iot
-  username: ops
-  authentication: {passwordSecret: {name: iot-ops, key: password}}
-  authorization: [{operations: [manage]}]
-"""
 
 
 def model(addresses: int) -> str:
@@ -50,7 +39,7 @@ def model(addresses: int) -> str:
             f"---\napiVersion: enmesh.io/v1\nkind: Address\nmetadata: {{name: iot.bench-{n}}}\n"
             f"spec: {{addressSpace: iot, address: bench-{n}, type: {kind}, plan: {plan}}}\n"
         )
-    return text + MANAGER
+    return text + OPS
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from enmesh.console import charts, views
-from enmesh.console.mesh import Credentials, Management, MeshError, Router, check_login
+from enmesh.console.mesh import Credentials, ManagementLinks, MeshError, Router, check_login
 from enmesh.console.runtime import ADDRESS_FIELDS, GENERAL, ChangeError, Changes
 from enmesh.console.sessions import COOKIE, Session, Sessions
 from enmesh.control.target import Target
@@ -101,6 +101,9 @@ class Console:
 
         return endpoint
 
+    def links(self, session: Session) -> ManagementLinks:
+        return session.management(self.settings.ca)
+
     def tenant_of(self, session: Session, space: str) -> Tenant:
         model = self.changes.source().model()
         for tenant in views.visible_tenants(model, session.space):
@@ -173,9 +176,7 @@ class Console:
     async def spaces(self, request: Request, session: Session) -> Response:
         def gather() -> tuple[list[Tenant], dict[str, int]]:
             model = self.changes.source().model()
-            routers = views.read_routers(
-                self.settings.routers, session.credentials, self.settings.ca
-            )
+            routers = views.read_routers(self.settings.routers, self.links(session))
             counts: dict[str, int] = {}
             for view in views.client_connections(routers, session.space):
                 for connection in view.connections:
@@ -193,9 +194,7 @@ class Console:
 
         def gather() -> tuple[Tenant, list[views.AddressRow]]:
             tenant = self.tenant_of(session, space)
-            routers = views.read_routers(
-                self.settings.routers, session.credentials, self.settings.ca
-            )
+            routers = views.read_routers(self.settings.routers, self.links(session))
             stored = views.stored_messages(self.settings.target(), tenant)
             added = self.changes.source().added_names()
             return tenant, views.address_rows(tenant, added, routers, stored)
@@ -375,7 +374,7 @@ class Console:
         space = request.path_params["space"]
         await run_in_threadpool(self.tenant_of, session, space)
         routers = await run_in_threadpool(
-            views.read_routers, self.settings.routers, session.credentials, self.settings.ca
+            views.read_routers, self.settings.routers, self.links(session)
         )
         return self.page(
             request,
@@ -393,8 +392,8 @@ class Console:
             raise HTTPException(404, f"no router {router_id!r}")
 
         def close() -> None:
-            with Management(router, session.credentials, self.settings.ca) as management:
-                management.close_connection(identity)
+            links = self.links(session)
+            links.use(router, lambda management: management.close_connection(identity))
 
         try:
             await run_in_threadpool(close)

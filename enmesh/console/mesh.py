@@ -9,11 +9,14 @@ not filter on its own what the router would have shown.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from proton import ConnectionException, Message, Timeout
 from proton.reactor import Container
@@ -86,7 +89,11 @@ class Management:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.connection.close()
+        self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(ConnectionException, Timeout):
+            self.connection.close()
 
     def call(self, body: Any, **properties: Any) -> tuple[int, str, Any]:
         request = Message(
@@ -125,6 +132,45 @@ class Management:
         )
         if status not in (200, 204):
             raise MeshError(f"router {self.router.id}: close connection {identity}: {description}")
+
+
+T = TypeVar("T")
+
+
+class ManagementLinks:
+    """A session's management connections, one per router, kept open between pages:
+    opening one (TCP, TLS, SASL, two links) is most of what a page costs. One request at a
+    time per router; a connection that failed is opened again once."""
+
+    def __init__(self, who: Credentials, ca: Path) -> None:
+        self.who, self.ca = who, ca
+        self._open: dict[str, Management] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def use(self, router: Router, action: Callable[[Management], T]) -> T:
+        with self._guard:
+            lock = self._locks.setdefault(router.id, threading.Lock())
+        with lock:
+            management = self._open.pop(router.id, None)
+            if management is not None:
+                try:
+                    result = action(management)
+                except MeshError:
+                    management.close()  # stale (router restarted, idle timeout): again
+                else:
+                    self._open[router.id] = management
+                    return result
+            management = Management(router, self.who, self.ca)
+            result = action(management)
+            self._open[router.id] = management
+            return result
+
+    def close(self) -> None:
+        with self._guard:
+            for management in self._open.values():
+                management.close()
+            self._open.clear()
 
 
 CONNECTION_COLUMNS = [

@@ -10,8 +10,9 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from enmesh.console.mesh import Credentials
+from enmesh.console.mesh import Credentials, ManagementLinks
 
 COOKIE = "enmesh_console"
 IDLE_SECONDS = 30 * 60
@@ -24,6 +25,7 @@ class Session:
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     seen: float = field(default_factory=time.monotonic)
     flash: list[str] = field(default_factory=list)  # messages for the next page
+    links: ManagementLinks | None = None  # its management connections, opened on first use
 
     @property
     def administrator(self) -> bool:
@@ -31,6 +33,15 @@ class Session:
 
     def may_see(self, space: str) -> bool:
         return self.space is None or self.space == space
+
+    def management(self, ca: Path) -> ManagementLinks:
+        if self.links is None:
+            self.links = ManagementLinks(self.credentials, ca)
+        return self.links
+
+    def end(self) -> None:
+        if self.links is not None:
+            self.links.close()
 
     def csrf_ok(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(token, self.csrf)
@@ -58,10 +69,13 @@ class Sessions:
                 return None
             if now - session.seen > self.idle_seconds:
                 del self._sessions[key]
+                session.end()
                 return None
             session.seen = now
             return session
 
     def drop(self, key: str | None) -> None:
         with self._lock:
-            self._sessions.pop(key or "", None)
+            session = self._sessions.pop(key or "", None)
+        if session is not None:
+            session.end()

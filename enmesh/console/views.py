@@ -7,7 +7,6 @@ import logging
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from enmesh.compile.layout import STANDARD_BROKER_VHOST, standard_broker_name
@@ -15,8 +14,8 @@ from enmesh.console.mesh import (
     CONNECTION_COLUMNS,
     CONSOLE_CONTAINER,
     LINK_COLUMNS,
-    Credentials,
     Management,
+    ManagementLinks,
     MeshError,
     Router,
 )
@@ -36,16 +35,20 @@ class RouterView:
     error: str | None = None
 
 
-def read_routers(routers: Iterable[Router], who: Credentials, ca: Path) -> list[RouterView]:
-    """Connections and links of every router, read in parallel (one management connection
-    each); a router that cannot be read says so instead of failing the page."""
+def read_routers(routers: Iterable[Router], links: ManagementLinks) -> list[RouterView]:
+    """Connections and links of every router, read in parallel (the session's management
+    connection to each); a router that cannot be read says so instead of failing the page."""
+
+    def query(management: Management) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return (
+            management.query("connection", CONNECTION_COLUMNS),
+            management.query("router.link", LINK_COLUMNS),
+        )
 
     def read(router: Router) -> RouterView:
         view = RouterView(router)
         try:
-            with Management(router, who, ca) as management:
-                view.connections = management.query("connection", CONNECTION_COLUMNS)
-                view.links = management.query("router.link", LINK_COLUMNS)
+            view.connections, view.links = links.use(router, query)
         except MeshError as exc:
             view.error = str(exc)
         return view

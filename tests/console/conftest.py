@@ -8,29 +8,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.console import Console, browser, serve_console
+from tests.support.console import OPS, Console, browser, serve_console
 from tests.support.mesh import SAMPLE_MODEL, Mesh, build_mesh
 from tests.support.prometheus import run_prometheus
 from tests.support.qdmanage import ADMINISTRATOR, add_administrator
 from tests.support.stack import brokered_mesh
-
-# The iot tenant's operator: manages the space, sends to and receives from `jobs*`
-# (the addresses the tests create), so a real client can use what the console creates.
-OPS = """
----
-apiVersion: enmesh.io/v1
-kind: MessagingUser
-metadata: {name: iot.ops}
-spec:
-  addressSpace: iot
-  username: ops
-  authentication:
-    passwordSecret: {name: iot-ops, key: password}
-  authorization:
-    - operations: [send, recv]
-      addresses: ["jobs*"]
-    - operations: [manage]
-"""
 
 
 def _model(folder: Path) -> Path:

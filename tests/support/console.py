@@ -32,6 +32,24 @@ from tests.support.pki import Pki, reissue
 from tests.support.ports import free_port_block
 from tests.support.rabbitmq import RabbitMQBroker
 
+# The iot tenant's operator: manages the space, sends to and receives from `jobs*`
+# (the addresses the tests create), so a real client can use what the console creates.
+OPS = """
+---
+apiVersion: enmesh.io/v1
+kind: MessagingUser
+metadata: {name: iot.ops}
+spec:
+  addressSpace: iot
+  username: ops
+  authentication:
+    passwordSecret: {name: iot-ops, key: password}
+  authorization:
+    - operations: [send, recv]
+      addresses: ["jobs*"]
+    - operations: [manage]
+"""
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
