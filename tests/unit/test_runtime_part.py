@@ -26,10 +26,13 @@ def _stack(tmp_path: Path) -> Path:
         "spec": {
             "models": ["iot.model.yml"],
             "brokers": [{"name": "broker-0", "host": "127.0.0.1"}],
-            "paths": {"config": str(tmp_path / "c"), "state": str(tmp_path / "s"),
-                      "secrets": str(tmp_path / "x")},
+            "paths": {
+                "config": str(tmp_path / "c"),
+                "state": str(tmp_path / "s"),
+                "secrets": str(tmp_path / "x"),
+            },
         },
-    }  # fmt: skip
+    }
     path = tmp_path / "t.stack.yml"
     path.write_text(json.dumps(stack))
     return path
@@ -65,7 +68,7 @@ def test_a_name_git_defines_is_a_duplicate_at_the_address_field(tmp_path: Path) 
 
 def test_each_problem_goes_to_its_field(tmp_path: Path) -> None:
     stack_file = _stack(tmp_path)
-    form = {"address": "x y", "type": "queue", "plan": "standard-queue", "ttlSeconds": "soon"}  # fmt: skip
+    form = {"address": "x y", "type": "queue", "plan": "standard-queue", "ttlSeconds": "soon"}
     _runtime(tmp_path, address_document("iot", form))
     errors = field_errors(validate_files(load_stack(stack_file)[1]))
     assert set(errors) - {GENERAL} == {"address", "ttlSeconds"}
