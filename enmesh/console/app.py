@@ -402,6 +402,14 @@ class Console:
             session.flash.append(str(exc))
         return RedirectResponse(f"/spaces/{space}/connections", 303)
 
+    async def mesh(self, request: Request, session: Session) -> Response:
+        if not session.administrator:
+            raise HTTPException(404, "the mesh is the stack administrator's page")
+        routers = await run_in_threadpool(
+            views.read_mesh, self.settings.routers, self.links(session)
+        )
+        return self.page(request, "mesh.html", session=session, routers=routers)
+
     async def refused(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         session = self.sessions.get(request.cookies.get(COOKIE))
@@ -415,6 +423,7 @@ class Console:
             Route("/logout", a(self.logout, post=True), methods=["POST"]),
             Route("/", a(self.home)),
             Route("/spaces", a(self.spaces)),
+            Route("/mesh", a(self.mesh)),
             Route(space, a(self.space)),
             Route(f"{space}/rates.json", a(self.rates)),
             Route(f"{space}/addresses/new", a(self.new_address)),

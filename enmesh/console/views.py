@@ -58,6 +58,36 @@ def read_routers(routers: Iterable[Router], links: ManagementLinks) -> list[Rout
         return list(pool.map(read, routers))
 
 
+@dataclass
+class MeshRouter:
+    router: Router
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # routers it reaches
+    peers: list[dict[str, Any]] = field(default_factory=list)  # its inter-router connections
+    error: str | None = None
+
+
+def read_mesh(routers: Iterable[Router], links: ManagementLinks) -> list[MeshRouter]:
+    """Each router's view of the mesh (router.node, inter-router connections): the
+    administrator's (a tenant's management sees nothing of the mesh)."""
+
+    def query(management: Management) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        nodes = management.query("router.node", ["id", "nextHop", "cost", "linkState"])
+        connections = management.query("connection", CONNECTION_COLUMNS)
+        return nodes, [c for c in connections if c.get("role") == "inter-router"]
+
+    def read(router: Router) -> MeshRouter:
+        view = MeshRouter(router)
+        try:
+            view.nodes, view.peers = links.use(router, query)
+        except MeshError as exc:
+            view.error = str(exc)
+        return view
+
+    routers = list(routers)
+    with ThreadPoolExecutor(max(1, len(routers))) as pool:
+        return list(pool.map(read, routers))
+
+
 def client_connections(views: list[RouterView], space: str | None) -> list[RouterView]:
     """Only clients' connections (no inter-router or broker ones, not the console's own
     reads), of `space` if given."""

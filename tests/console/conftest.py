@@ -30,14 +30,15 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
 
 @pytest.fixture(scope="package")
 def admin_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    """One router, no broker, with a stack administrator. Its own mesh: `enmesh apply`
+    """Two routers, no broker, with a stack administrator. Its own mesh: `enmesh apply`
     (which the other tests run) rebuilds the SASL database and policies from the model,
     and the administrator is in neither (a stack has no administrator identity yet)."""
     folder = tmp_path_factory.mktemp("console-admin")
-    mesh = build_mesh(folder, routers=1, models=[_model(folder)])
+    mesh = build_mesh(folder, routers=2, models=[_model(folder)])
     add_administrator(mesh)
     try:
         mesh.start()
+        mesh.wait_converged()
         yield mesh
     finally:
         mesh.stop()

@@ -272,3 +272,23 @@ def test_create_a_user_connect_with_the_shown_password_then_delete_it(
         with contextlib.suppress(ConnectionException):
             client.close()
     assert "jobs-app" not in runtime_file.read_text()
+
+
+def test_the_mesh_page_shows_which_routers_are_up(
+    driver: Any, admin_console: Console, admin_mesh: Mesh
+) -> None:
+    log_in(driver, admin_console, ADMINISTRATOR, admin_mesh.passwords[ADMINISTRATOR])
+    click(driver, driver.find_element(By.ID, "mesh-link"))
+    for this, other in (("test-router-0", "test-router-1"), ("test-router-1", "test-router-0")):
+        assert text(driver, f"#mesh-{this} .state") == "up"
+        assert other in text(driver, f"#mesh-{this} .reaches")
+    save_screenshot(driver, "mesh")
+    admin_mesh.routers[1].stop()  # the last test of this mesh
+
+    def router_1_down() -> bool:
+        driver.get(admin_console.url + "/mesh")
+        return text(driver, "#mesh-test-router-1 .state").startswith("down") and (
+            text(driver, "#mesh-test-router-0 .reaches") == "no other router"
+        )
+
+    wait_until(router_1_down, 30, "the mesh page to show router 1 down")
