@@ -74,6 +74,14 @@ def test_a_tenant_sees_only_its_own_space(driver: Any, console: Console, mesh: M
     ]
     assert spaces == ["iot"]
     save_screenshot(driver, "spaces")
+    driver.set_window_size(390, 844)  # a phone: wide tables scroll inside the page
+    try:
+        driver.get(console.url + "/spaces/iot")
+        overflow = "return document.documentElement.scrollWidth - window.innerWidth"
+        assert driver.execute_script(overflow) <= 0
+        save_screenshot(driver, "narrow")
+    finally:
+        driver.set_window_size(1200, 900)
     driver.get(console.url + "/spaces/acme")
     assert text(driver, "#error") == "no address space 'acme'"
     driver.get(console.url + "/spaces/acme/connections")
