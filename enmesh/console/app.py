@@ -197,7 +197,7 @@ class Console:
             routers = views.read_routers(self.settings.routers, self.links(session))
             stored = views.stored_messages(self.settings.target(), tenant)
             added = self.changes.source().added_names()
-            return tenant, views.address_rows(tenant, added, routers, stored)
+            return tenant, views.address_rows(tenant, added, routers, stored, self.rates_now(space))
 
         tenant, rows = await run_in_threadpool(gather)
         query = request.query_params.get("q", "").strip()
@@ -212,6 +212,15 @@ class Console:
             query=query,
             charts=self.settings.prometheus is not None,
         )
+
+    def rates_now(self, space: str) -> dict[str, tuple[float, float]] | None:
+        if self.settings.prometheus is None:
+            return None
+        try:
+            return charts.address_rates(self.settings.prometheus, space)
+        except charts.PrometheusError as exc:
+            log.warning("%s", exc)
+            return None
 
     async def rates(self, request: Request, session: Session) -> Response:
         space = request.path_params["space"]

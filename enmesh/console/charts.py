@@ -23,9 +23,13 @@ class PrometheusError(Exception):
 
 
 def _query_range(base: str, query: str, start: float, end: float) -> list[Any]:
-    params = urllib.parse.urlencode({"query": query, "start": start, "end": end, "step": STEP})
+    return _api(base, "query_range", query=query, start=start, end=end, step=STEP)
+
+
+def _api(base: str, path: str, **params: Any) -> list[Any]:
+    query = urllib.parse.urlencode(params)
     try:
-        with urllib.request.urlopen(f"{base}/api/v1/query_range?{params}", timeout=5) as reply:
+        with urllib.request.urlopen(f"{base}/api/v1/{path}?{query}", timeout=5) as reply:
             body = json.loads(reply.read())
     except (OSError, ValueError) as exc:
         raise PrometheusError(f"Prometheus at {base}: {exc}") from exc
@@ -48,3 +52,15 @@ def space_rates(base: str, space: str, now: float | None = None) -> dict[str, An
         datasets.append({"label": label, "data": [points.get(s) for s in stamps]})
     labels = [time.strftime("%H:%M", time.gmtime(s)) for s in stamps]
     return {"labels": labels, "datasets": datasets, "unit": "messages/s", "time": "UTC"}
+
+
+def address_rates(base: str, space: str) -> dict[str, tuple[float, float]]:
+    """Address (without the space) -> messages/s in from and out to clients, now."""
+    found: dict[str, list[float]] = {}
+    for column, record in enumerate(SERIES.values()):
+        for series in _api(
+            base, "query", query=f'sum by (address) ({record}{{address=~"{space}/.*"}})'
+        ):
+            address = str(series["metric"].get("address", "")).removeprefix(f"{space}/")
+            found.setdefault(address, [0.0, 0.0])[column] = float(series["value"][1])
+    return {address: (v[0], v[1]) for address, v in found.items()}

@@ -114,6 +114,7 @@ class AddressRow:
     consumers: int
     producers: int
     stored: int | None  # None: not stored, or the broker could not be read
+    rates: tuple[float, float] | None = None  # messages/s in, out (Prometheus), if known
 
 
 def stored_messages(target: Target, tenant: Tenant) -> dict[str, int]:
@@ -136,7 +137,11 @@ def _queue(tenant: Tenant, address: str) -> str:
 
 
 def address_rows(
-    tenant: Tenant, added: set[str], views: list[RouterView], stored: dict[str, int]
+    tenant: Tenant,
+    added: set[str],
+    views: list[RouterView],
+    stored: dict[str, int],
+    rates: dict[str, tuple[float, float]] | None = None,
 ) -> list[AddressRow]:
     rows = []
     for address in tenant.addresses:
@@ -171,6 +176,7 @@ def address_rows(
                 stored=stored.get(_queue(tenant, spec.address))
                 if spec.type.value in STORED
                 else None,
+                rates=None if rates is None else rates.get(spec.address, (0.0, 0.0)),
             )
         )
     return rows

@@ -234,6 +234,10 @@ def test_the_space_page_charts_the_last_hour_from_prometheus(
     log_in(driver, admin_console, "ops@iot", admin_mesh.passwords["ops@iot"])
     drawn = "return Chart.getChart(document.getElementById('rates-chart'))?.data.datasets.length"
     wait_until(lambda: driver.execute_script(drawn) == 2, 15, "Chart.js to draw the chart")
+    # The table's rates: the last minute's, per address (the 40 messages in, and out).
+    assert float(text(driver, "#address-telemetry .rate-in")) > 0
+    assert float(text(driver, "#address-telemetry .rate-out")) > 0
+    assert text(driver, "#address-broadcast .rate-in") == "0.00"
     save_screenshot(driver, "space")
 
 
