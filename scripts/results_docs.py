@@ -123,6 +123,16 @@ BENCHES = (
         ),
     ),
     Bench(
+        "console_render.json", "Console", f"{PY} benchmarks/console_render.py",
+        "The page of an address space with 1,000 addresses, over HTTPS through a real "
+        "router's management, measured from the client (target < 500 ms).",
+        _pairs(
+            ("addresses", "addresses", "{:,}"), ("median", "median_ms", "{} ms"),
+            ("p95", "p95_ms", "{} ms"), ("max", "max_ms", "{} ms"),
+            ("target", "target_ms", "< {} ms"),
+        ),
+    ),
+    Bench(
         "stack_up.json", "Local stack", f"{PY} benchmarks/stack_up.py",
         "Cold `make up` after removing what the stack installed, warm `make up` (must "
         "change nothing), and the resident memory of every supervised program. Not part "
