@@ -1,0 +1,130 @@
+"""A deployed three-host site: systemd units, sockets and files on every host (testinfra
+over SSH), messages across hosts from real AMQP clients on this machine (through the
+site's bridge), then a router host powered off and back on."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+from proton import Message
+
+from enmesh.deploy.smoke import Stack, run_smoke
+from tests.support.mesh import wait_until
+from tests.support.sites import SiteSpec
+from tests.support.sites.site import power_off, power_on
+
+WILDCARDS = {"0.0.0.0", "::", "[::]"}
+SPACE = "iot"
+SENDER, RECEIVER = "device@iot", "backend@iot"
+
+
+def _units(deployment: dict[str, Any], address: str) -> list[str]:
+    routers = [f"enmesh-router-{r['id']}" for r in deployment["routers"] if r["host"] == address]
+    brokers = [b for b in deployment["brokers"] if b["host"] == address]
+    return routers + [f"enmesh-rabbitmq-{b['name']}" for b in brokers] + (
+        ["enmesh-epmd"] if brokers else []
+    )
+
+
+def test_every_host_runs_its_units_under_systemd(
+    hosts: dict[str, Any], deployment: dict[str, Any]
+) -> None:
+    for address, host in hosts.items():
+        assert host.check_output("cat /proc/1/comm") == "systemd", address
+        units = _units(deployment, address)
+        assert units, f"{address} runs nothing"
+        for unit in units:
+            service = host.service(unit)
+            assert service.is_enabled and service.is_running, f"{address}: {unit}"
+        # The roles' systemd branch: no supervisord anywhere on a systemd host.
+        assert not host.package("supervisor").is_installed, address
+
+
+def test_ports_listen_on_the_site_address_only(
+    hosts: dict[str, Any], deployment: dict[str, Any]
+) -> None:
+    for address, host in hosts.items():
+        listening = host.socket.get_listening_sockets()
+        expected = [
+            f"tcp://{address}:{port}"
+            for r in deployment["routers"]
+            if r["host"] == address
+            for port in r["ports"].values()
+        ]
+        missing = [s for s in expected if s not in listening]
+        assert not missing, f"{address} not listening: {missing}"
+        wildcard = [s for s in listening if s.split("//", 1)[1].rsplit(":", 1)[0] in WILDCARDS
+                    and not s.endswith(":22")]  # fmt: skip
+        assert not wildcard, f"{address} listens on every interface: {wildcard}"
+
+
+def test_secrets_are_readable_by_root_and_the_service_group_only(
+    hosts: dict[str, Any], deployment: dict[str, Any]
+) -> None:
+    secrets = deployment["paths"]["secrets"]
+    for address, host in hosts.items():
+        folder = host.file(secrets)
+        assert (folder.user, folder.group, folder.mode) == ("root", "enmesh", 0o750), address
+        for path in host.check_output(f"find {secrets} -type f").split():
+            assert host.file(path).mode & 0o007 == 0, f"{address}: {path} is world-readable"
+
+
+def test_smoke_check_from_the_deployer_through_the_bridge(stack: Stack) -> None:
+    lines: list[str] = []
+    assert run_smoke(stack, lines.append), "\n".join(lines)
+
+
+def _url(deployment: dict[str, Any], address: str) -> str:
+    router = next(r for r in deployment["routers"] if r["host"] == address)
+    return f"amqps://{address}:{router['ports']['amqps']}"
+
+
+def _through(stack: Stack, deployment: dict[str, Any], src: str, dst: str, address: str,
+             count: int) -> list[str]:  # fmt: skip
+    """Send `count` messages via the router on `src`, receive them via the one on `dst`."""
+    nonce = uuid.uuid4().hex
+    with ExitStack() as opened:
+        receiving = opened.enter_context(stack.connect(_url(deployment, dst), RECEIVER, SPACE))
+        receiver = receiving.create_receiver(address, credit=count)
+        sending = opened.enter_context(stack.connect(_url(deployment, src), SENDER, SPACE))
+        sender = sending.create_sender(address)
+        for i in range(count):
+            sender.send(Message(body=f"{nonce} {i}", durable=True))
+        got = []
+        while len(got) < count:
+            message = receiver.receive(timeout=20)
+            receiver.accept()
+            if str(message.body).startswith(nonce):
+                got.append(str(message.body))
+        return got
+
+
+@pytest.mark.parametrize("address", ["telemetry", "events"])  # anycast, queue
+def test_messages_cross_hosts(stack: Stack, deployment: dict[str, Any], address: str) -> None:
+    first, *_, last = sorted({r["host"] for r in deployment["routers"]})
+    assert len(_through(stack, deployment, first, last, address, 50)) == 50
+
+
+def test_messages_flow_while_a_router_host_is_off_and_it_rejoins(
+    stack: Stack, deployment: dict[str, Any], site: SiteSpec
+) -> None:
+    brokers = {b["host"] for b in deployment["brokers"]}
+    victim = next(h for h in site.host_list() if h.address not in brokers)
+    others = sorted({r["host"] for r in deployment["routers"]} - {victim.address})
+    power_off(site, victim)
+    try:
+        for address in ("telemetry", "events"):
+            assert len(_through(stack, deployment, others[0], others[-1], address, 50)) == 50
+    finally:
+        power_on(site, victim)
+    # Its units are enabled: systemd starts the router at boot, and it rejoins the mesh.
+    def rejoined() -> bool:
+        try:
+            return len(_through(stack, deployment, victim.address, others[0], "telemetry", 5)) == 5
+        except Exception:
+            return False
+
+    wait_until(rejoined, 90, f"the router on {victim.address} rejoining the mesh", interval=1)
