@@ -24,8 +24,10 @@ SENDER, RECEIVER = "device@iot", "backend@iot"
 def _units(deployment: dict[str, Any], address: str) -> list[str]:
     routers = [f"enmesh-router-{r['id']}" for r in deployment["routers"] if r["host"] == address]
     brokers = [b for b in deployment["brokers"] if b["host"] == address]
-    return routers + [f"enmesh-rabbitmq-{b['name']}" for b in brokers] + (
-        ["enmesh-epmd"] if brokers else []
+    return (
+        routers
+        + [f"enmesh-rabbitmq-{b['name']}" for b in brokers]
+        + (["enmesh-epmd"] if brokers else [])
     )
 
 
@@ -120,6 +122,7 @@ def test_messages_flow_while_a_router_host_is_off_and_it_rejoins(
             assert len(_through(stack, deployment, others[0], others[-1], address, 50)) == 50
     finally:
         power_on(site, victim)
+
     # Its units are enabled: systemd starts the router at boot, and it rejoins the mesh.
     def rejoined() -> bool:
         try:

@@ -35,6 +35,7 @@ SITE_PACKAGES = (
     "sasl2-bin",
     "sudo",
 )
+DEBIAN_UNITS = ("rabbitmq-server.service", "epmd.socket", "epmd.service")
 _SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
 
@@ -42,10 +43,10 @@ class BaseError(RuntimeError):
     """The base image could not be built; the message says which step and what to do."""
 
 
-def debian_mirror() -> str:
+def debian_mirror(sources: tuple[Path, ...] = _SOURCES) -> str:
     """The Debian mirror apt uses here (deb822 `URIs:` or one-line `deb URL suite`)."""
     files: list[Path] = []
-    for src in _SOURCES:
+    for src in sources:
         if src.is_dir():
             files += sorted(src.iterdir())
         elif src.is_file():
@@ -92,8 +93,14 @@ def ensure_base(progress: bool = True) -> Path:
     if progress:
         print(f"sites: building the {SUITE} base from {mirror} into {rootfs} (log {log})")
     _run(
-        ["debootstrap", "--variant=minbase", f"--include={','.join(BOOT_PACKAGES)}",
-         SUITE, str(rootfs), mirror],
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(BOOT_PACKAGES)}",
+            SUITE,
+            str(rootfs),
+            mirror,
+        ],
         "debootstrap",
         log,
     )
@@ -114,12 +121,24 @@ def _install_site_packages(rootfs: Path, log: Path) -> None:
         env = ["env", "DEBIAN_FRONTEND=noninteractive"]
         _run(["chroot", str(rootfs), *env, "apt-get", "-q", "update"], "apt-get update", log)
         _run(
-            ["chroot", str(rootfs), *env, "apt-get", "-q", "install", "-y",
-             "--no-install-recommends", *SITE_PACKAGES],
+            [
+                "chroot",
+                str(rootfs),
+                *env,
+                "apt-get",
+                "-q",
+                "install",
+                "-y",
+                "--no-install-recommends",
+                *SITE_PACKAGES,
+            ],
             "apt-get install",
             log,
         )
         _run(["chroot", str(rootfs), "apt-get", "clean"], "apt-get clean", log)
+        # Installed for the roles, run only where the roles put them (a broker host's
+        # own units): Debian's units would otherwise start at every host's boot.
+        _run(["chroot", str(rootfs), "systemctl", "disable", *DEBIAN_UNITS], "disable", log)
     finally:
         _kill_chroot_processes(rootfs)
         subprocess.run(["umount", "-l", str(proc)], check=False)

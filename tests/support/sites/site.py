@@ -233,7 +233,9 @@ def wait_ssh(spec: SiteSpec, host: Host, timeout: float) -> None:
     raise SiteError(f"{host.name} ({host.address}) not up in {timeout:.0f}s: {last}")
 
 
-def ssh(spec: SiteSpec, host: Host, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def ssh(
+    spec: SiteSpec, host: Host, command: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     argv = ["ssh", *SSH_OPTS, "-i", str(spec.key), f"root@{host.address}", command]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     if check and done.returncode != 0:
@@ -314,7 +316,9 @@ def _known_hosts(spec: SiteSpec) -> list[Host]:
         pass
     names = {p.name for p in spec.work.glob(f"{spec.name}-h*")} if spec.work.exists() else set()
     names |= {p.name for p in (CGROUP_V1 / "enmesh-sites").glob(f"{spec.name}-h*")}
-    names |= {n for n in _sh("ip", "netns", "list").stdout.split() if n.startswith(f"enm-{spec.name}-h")}
+    names |= {
+        n for n in _sh("ip", "netns", "list").stdout.split() if n.startswith(f"enm-{spec.name}-h")
+    }
     hosts = []
     for name in names:
         name = name.removeprefix("enm-")
@@ -337,7 +341,9 @@ def destroy(spec: SiteSpec, timeout: float = 30.0) -> None:
             power_off(spec, host)
         for root in (CGROUP_V2, CGROUP_V1):
             base = root / spec.cgroup(host)
-            for path in sorted(base.rglob("*"), key=lambda p: -len(p.parts)) if base.is_dir() else []:
+            for path in (
+                sorted(base.rglob("*"), key=lambda p: -len(p.parts)) if base.is_dir() else []
+            ):
                 if path.is_dir():
                     path.rmdir()
             if base.is_dir():
@@ -356,7 +362,8 @@ def destroy(spec: SiteSpec, timeout: float = 30.0) -> None:
     if Path(f"/sys/class/net/{spec.bridge}").exists():
         _sh("ip", "link", "del", spec.bridge)
     if (spec.work / "mounted-nspawn-run").exists() and _is_mount(NSPAWN_RUN):
-        if not any(NSPAWN_RUN.iterdir()):
+        # nspawn leaves empty `locks` and `propagate`: anything more is another machine's.
+        if not any(p.is_file() or p.is_symlink() for p in NSPAWN_RUN.rglob("*")):
             _sh("umount", str(NSPAWN_RUN))
     shutil.rmtree(spec.work, ignore_errors=True)
 
