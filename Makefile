@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STACK ?= local
 OUT ?= build/$(STACK)
 
-.PHONY: setup up down status render test lint typecheck unit molecule bench clean
+.PHONY: setup up down status render test lint typecheck unit molecule molecule-site bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -44,6 +44,12 @@ unit: setup
 molecule: setup
 	@echo "==> molecule test (scenario default: the local stack)"
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/molecule test -s default
+
+# molecule's site scenario: three systemd-nspawn hosts on a private bridge, site.yml over
+# SSH, a second converge with no change, tests/sites (host faults included), destroy.
+molecule-site: setup
+	@echo "==> molecule test (scenario site: three hosts over SSH)"
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/molecule test -s site
 
 test: lint typecheck unit molecule
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import testinfra
+import testinfra  # type: ignore[import-untyped]
 
 from enmesh.deploy.smoke import Stack
 from tests.support.sites import SiteSpec

@@ -156,7 +156,7 @@ def _kill_chroot_processes(rootfs: Path) -> None:
         if not pid_dir.name.isdigit():
             continue
         try:
-            if os.readlink(pid_dir / "root") == real:
+            if str((pid_dir / "root").readlink()) == real:
                 os.kill(int(pid_dir.name), 9)
         except OSError:
             continue

@@ -11,12 +11,12 @@ work directory. See docs/sites.md.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -103,7 +103,7 @@ def _sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def _is_mount(path: Path) -> bool:
     target = str(path)
-    with open("/proc/self/mounts") as mounts:
+    with Path("/proc/self/mounts").open() as mounts:
         return any(line.split()[1] == target for line in mounts)
 
 
@@ -206,7 +206,7 @@ def _boot(spec: SiteSpec, host: Host) -> None:
         f"--network-namespace-path=/run/netns/{spec.netns(host)}",
         "--console=passive", "--link-journal=no", "--resolv-conf=off", "--timezone=off",
     ]  # fmt: skip
-    proc = subprocess.Popen(  # noqa: S603
+    proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
         stdout=log,
@@ -289,10 +289,8 @@ def power_on(spec: SiteSpec, host: Host, timeout: float = 120.0) -> None:
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _wait_empty(spec: SiteSpec, host: Host, timeout: float) -> bool:
@@ -320,10 +318,9 @@ def _known_hosts(spec: SiteSpec) -> list[Host]:
         n for n in _sh("ip", "netns", "list").stdout.split() if n.startswith(f"enm-{spec.name}-h")
     }
     hosts = []
-    for name in names:
-        name = name.removeprefix("enm-")
-        index = int(name.rsplit("-h", 1)[1])
-        hosts.append(Host(name, "", index))
+    for found in names:
+        name = found.removeprefix("enm-")
+        hosts.append(Host(name, "", int(name.rsplit("-h", 1)[1])))
     return hosts
 
 
@@ -361,10 +358,13 @@ def destroy(spec: SiteSpec, timeout: float = 30.0) -> None:
             shared.rmdir()
     if Path(f"/sys/class/net/{spec.bridge}").exists():
         _sh("ip", "link", "del", spec.bridge)
-    if (spec.work / "mounted-nspawn-run").exists() and _is_mount(NSPAWN_RUN):
-        # nspawn leaves empty `locks` and `propagate`: anything more is another machine's.
-        if not any(p.is_file() or p.is_symlink() for p in NSPAWN_RUN.rglob("*")):
-            _sh("umount", str(NSPAWN_RUN))
+    # nspawn leaves empty `locks` and `propagate`: anything more is another machine's.
+    if (
+        (spec.work / "mounted-nspawn-run").exists()
+        and _is_mount(NSPAWN_RUN)
+        and not any(p.is_file() or p.is_symlink() for p in NSPAWN_RUN.rglob("*"))
+    ):
+        _sh("umount", str(NSPAWN_RUN))
     shutil.rmtree(spec.work, ignore_errors=True)
 
 
@@ -376,7 +376,7 @@ def leftovers(spec: SiteSpec) -> list[str]:
     found += [f"netns {n}" for n in _sh("ip", "netns", "list").stdout.split()
               if n.startswith(f"enm-{spec.name}-")]  # fmt: skip
     found += [f"link {p.name}" for p in Path("/sys/class/net").glob(f"ve-{spec.name}-*")]
-    with open("/proc/self/mounts") as mounts:
+    with Path("/proc/self/mounts").open() as mounts:
         found += [f"mount {line.split()[1]}" for line in mounts if str(spec.work) in line]
     for root in (CGROUP_V1, CGROUP_V2):
         found += [f"cgroup {p}" for p in (root / "enmesh-sites").glob(f"{spec.name}-h*")]
