@@ -7,7 +7,6 @@ created by `python -m tests.support.sites create` and converged with playbooks/s
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,11 @@ from typing import Any
 import pytest
 import testinfra  # type: ignore[import-untyped]
 
-from enmesh.deploy.smoke import Stack
+# The deployer's view of the stack (build/$ENMESH_STACK): the same fixtures as tests/e2e.
+from tests.e2e.conftest import build_dir, deployment, endpoints, stack
 from tests.support.sites import SiteSpec
+
+__all__ = ["build_dir", "deployment", "endpoints", "stack"]
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = os.environ.get("ENMESH_STACK", "site")
@@ -26,26 +28,6 @@ INVENTORY = ROOT / "stacks" / f"{STACK}.inventory.yml"
 @pytest.fixture(scope="session")
 def site() -> SiteSpec:
     return SiteSpec(STACK, 3)
-
-
-@pytest.fixture(scope="session")
-def build_dir() -> Path:
-    return ROOT / "build" / STACK
-
-
-@pytest.fixture(scope="session")
-def deployment(build_dir: Path) -> dict[str, Any]:
-    return dict(json.loads((build_dir / "deploy.json").read_text()))
-
-
-@pytest.fixture(scope="session")
-def endpoints(build_dir: Path) -> dict[str, Any]:
-    return dict(json.loads((build_dir / "endpoints.json").read_text()))
-
-
-@pytest.fixture(scope="session")
-def stack(deployment: dict[str, Any], endpoints: dict[str, Any], build_dir: Path) -> Stack:
-    return Stack(deployment, build_dir, Path(endpoints["secrets"]), Path(endpoints["ca"]))
 
 
 @pytest.fixture(scope="session")
