@@ -1,0 +1,207 @@
+"""A deployed three-host site: systemd units, sockets and files on every host (testinfra
+over SSH), messages across hosts from real AMQP clients on this machine (through the
+site's bridge), then a router host powered off and back on."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from proton import Message, Timeout
+
+from enmesh.deploy.smoke import Stack, run_smoke
+from enmesh.deploy.smoke import _pump_until_done as pump_until_done
+from tests.support.mesh import wait_until
+from tests.support.sites import SiteSpec
+from tests.support.sites.site import power_off, power_on
+
+WILDCARDS = {"0.0.0.0", "::", "[::]"}
+SPACE = "iot"
+SENDER, RECEIVER = "device@iot", "backend@iot"
+
+
+def _units(deployment: dict[str, Any], address: str) -> list[str]:
+    routers = [f"enmesh-router-{r['id']}" for r in deployment["routers"] if r["host"] == address]
+    brokers = [b for b in deployment["brokers"] if b["host"] == address]
+    return (
+        routers
+        + [f"enmesh-rabbitmq-{b['name']}" for b in brokers]
+        + (["enmesh-epmd"] if brokers else [])
+    )
+
+
+def test_every_host_runs_its_units_under_systemd(
+    hosts: dict[str, Any], deployment: dict[str, Any]
+) -> None:
+    for address, host in hosts.items():
+        assert host.check_output("cat /proc/1/comm") == "systemd", address
+        units = _units(deployment, address)
+        assert units, f"{address} runs nothing"
+        for unit in units:
+            service = host.service(unit)
+            assert service.is_enabled and service.is_running, f"{address}: {unit}"
+        # The roles' systemd branch: no supervisord anywhere on a systemd host.
+        assert not host.package("supervisor").is_installed, address
+
+
+def test_ports_listen_on_the_site_address_only(
+    hosts: dict[str, Any], deployment: dict[str, Any]
+) -> None:
+    for address, host in hosts.items():
+        listening = host.socket.get_listening_sockets()
+        expected = [
+            f"tcp://{address}:{port}"
+            for r in deployment["routers"]
+            if r["host"] == address
+            for port in r["ports"].values()
+        ]
+        missing = [s for s in expected if s not in listening]
+        assert not missing, f"{address} not listening: {missing}"
+        # TCP only: beam's resolver keeps an unconnected UDP socket on 0.0.0.0 (a client
+        # socket for DNS answers, not a service); sshd is the host's own.
+        wildcard = [
+            s
+            for s in listening
+            if s.startswith("tcp://")
+            and s[6:].rsplit(":", 1)[0] in WILDCARDS
+            and not s.endswith(":22")
+        ]
+        assert not wildcard, f"{address} listens on every interface: {wildcard}"
+
+
+def test_secrets_are_readable_by_root_and_the_service_group_only(
+    hosts: dict[str, Any], deployment: dict[str, Any]
+) -> None:
+    secrets = deployment["paths"]["secrets"]
+    for address, host in hosts.items():
+        folder = host.file(secrets)
+        assert (folder.user, folder.group, folder.mode) == ("root", "enmesh", 0o750), address
+        for path in host.check_output(f"find {secrets} -type f").split():
+            assert host.file(path).mode & 0o007 == 0, f"{address}: {path} is world-readable"
+
+
+def test_smoke_check_from_the_deployer_through_the_bridge(stack: Stack) -> None:
+    lines: list[str] = []
+    assert run_smoke(stack, lines.append), "\n".join(lines)
+
+
+def _url(deployment: dict[str, Any], address: str) -> str:
+    router = next(r for r in deployment["routers"] if r["host"] == address)
+    return f"amqps://{address}:{router['ports']['amqps']}"
+
+
+def _through(  # noqa: PLR0917
+    stack: Stack, deployment: dict[str, Any], src: str, dst: str, address: str, count: int
+) -> list[str]:
+    """Send `count` messages via the router on `src`, receive them via the one on `dst`.
+
+    The sender runs in its own thread: on a direct address a send is settled only once
+    the receiver accepted it, end to end, so the receiving side must keep going meanwhile.
+    """
+    nonce = uuid.uuid4().hex
+    failures: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            with stack.connect(_url(deployment, src), SENDER, SPACE) as sending:
+                sender = sending.create_sender(address)
+                for i in range(count):
+                    sender.send(Message(body=f"{nonce} {i}", durable=True))
+        except BaseException as exc:  # reported by the test's thread
+            failures.append(exc)
+
+    got: list[str] = []
+    with stack.connect(_url(deployment, dst), RECEIVER, SPACE) as receiving:
+        receiver = receiving.create_receiver(address, credit=count)
+        sending = threading.Thread(target=send, name="site-sender", daemon=True)
+        sending.start()
+        while len(got) < count and not failures:
+            message = receiver.receive(timeout=30)
+            receiver.accept()
+            if str(message.body).startswith(nonce):
+                got.append(str(message.body))
+        # The last accept must reach the sender before this connection closes.
+        pump_until_done(receiving, sending)
+    assert not failures, f"sending via {src} failed: {failures[0]!r}"
+    return got
+
+
+@pytest.mark.parametrize("address", ["telemetry", "events"])  # anycast, queue
+def test_messages_cross_hosts(stack: Stack, deployment: dict[str, Any], address: str) -> None:
+    first, *_, last = sorted({r["host"] for r in deployment["routers"]})
+    assert len(_through(stack, deployment, first, last, address, 50)) == 50
+
+
+def test_messages_flow_while_a_router_host_is_off_and_it_rejoins(
+    stack: Stack, deployment: dict[str, Any], site: SiteSpec
+) -> None:
+    brokers = {b["host"] for b in deployment["brokers"]}
+    victim = next(h for h in site.host_list() if h.address not in brokers)
+    others = sorted({r["host"] for r in deployment["routers"]} - {victim.address})
+    power_off(site, victim)
+    try:
+        for address in ("telemetry", "events"):
+            assert len(_through(stack, deployment, others[0], others[-1], address, 50)) == 50
+    finally:
+        power_on(site, victim)
+
+    # Its units are enabled: systemd starts the router at boot, and it rejoins the mesh.
+    def rejoined() -> bool:
+        try:
+            return len(_through(stack, deployment, victim.address, others[0], "telemetry", 5)) == 5
+        except Exception:
+            return False
+
+    wait_until(rejoined, 90, f"the router on {victim.address} rejoining the mesh", interval=1)
+
+
+def _send_all(stack: Stack, url: str, address: str, bodies: list[str]) -> None:
+    """Send durable messages; each send returns once the broker settled it (acknowledged)."""
+    with stack.connect(url, SENDER, SPACE) as sending:
+        sender = sending.create_sender(address)
+        for body in bodies:
+            sender.send(Message(body=body, durable=True))
+
+
+def _drain(stack: Stack, url: str, address: str, prefix: str, want: int) -> list[str]:
+    """Receive until `want` messages with `prefix` arrived or none came for 10 s."""
+    got: list[str] = []
+    with stack.connect(url, RECEIVER, SPACE) as receiving:
+        receiver = receiving.create_receiver(address, credit=100)
+        while len(got) < want:
+            try:
+                message = receiver.receive(timeout=10)
+            except Timeout:
+                break
+            receiver.accept()
+            if str(message.body).startswith(prefix):
+                got.append(str(message.body))
+    return got
+
+
+def test_a_queue_keeps_every_acknowledged_message_across_a_broker_host_power_cut(
+    stack: Stack, deployment: dict[str, Any], site: SiteSpec
+) -> None:
+    broker_host = deployment["brokers"][0]["host"]
+    victim = next(h for h in site.host_list() if h.address == broker_host)
+    entry = next(r["host"] for r in deployment["routers"] if r["host"] != broker_host)
+    nonce = uuid.uuid4().hex
+    bodies = [f"{nonce} {i}" for i in range(200)]
+    _send_all(stack, _url(deployment, entry), "events", bodies)  # all acknowledged
+    power_off(site, victim)  # no shutdown: the plug is pulled
+    power_on(site, victim)  # systemd starts the broker at boot (its unit is enabled)
+
+    got: list[str] = []
+
+    def drained() -> bool:
+        try:
+            got.extend(_drain(stack, _url(deployment, entry), "events", nonce, 200 - len(got)))
+        except Exception:  # the router's link to the broker is not back yet
+            return False
+        return len(set(got)) >= len(bodies)
+
+    wait_until(drained, 120, "every acknowledged message back from the broker", interval=1)
+    assert set(got) == set(bodies), f"lost: {len(set(bodies) - set(got))}"
+    print(f"200 acknowledged, 200 received, {len(got) - len(set(got))} duplicates")

@@ -1,0 +1,162 @@
+"""The Debian 12 root filesystem every site host boots from, built once and cached.
+
+debootstrap (minbase) from the same mirror apt uses on this machine, plus systemd, dbus,
+openssh-server and python3 so the host boots systemd as PID 1 and is reachable like any
+server. The Debian packages the roles install are added too (see SITE_PACKAGES): the
+hosts have no route to any registry (air-gapped, as many real sites are), so what apt
+would fetch is in the image. The cache is keyed by suite, mirror and package list: a
+changed list builds a new base, an unchanged one is reused (a few seconds to check).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+SUITE = "bookworm"
+CACHE_DIR = Path(os.environ.get("ENMESH_SITES_CACHE", "/var/cache/enmesh-sites"))
+BOOT_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2")
+# What the roles want on a site host (enmesh_base, spark), so no host needs a mirror.
+SITE_PACKAGES = (
+    "build-essential",
+    "libsasl2-dev",
+    "libsasl2-modules",
+    "libssl-dev",
+    "openjdk-17-jre-headless",
+    "openssl",
+    "pkg-config",
+    "python3-dev",
+    "python3-venv",
+    "rabbitmq-server",
+    "sasl2-bin",
+    "sudo",
+)
+DEBIAN_UNITS = ("rabbitmq-server.service", "epmd.socket", "epmd.service")
+_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+
+
+class BaseError(RuntimeError):
+    """The base image could not be built; the message says which step and what to do."""
+
+
+def debian_mirror(sources: tuple[Path, ...] = _SOURCES) -> str:
+    """The Debian mirror apt uses here (deb822 `URIs:` or one-line `deb URL suite`)."""
+    files: list[Path] = []
+    for src in sources:
+        if src.is_dir():
+            files += sorted(src.iterdir())
+        elif src.is_file():
+            files.append(src)
+    for path in files:
+        text = path.read_text(errors="replace")
+        for match in re.finditer(r"^URIs:\s*(\S+)", text, re.M):
+            if "security" not in match.group(1) and "/debian" in match.group(1):
+                return match.group(1)
+        for match in re.finditer(rf"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+{SUITE}\s", text, re.M):
+            if "security" not in match.group(1):
+                return match.group(1)
+    raise BaseError(f"no Debian {SUITE} mirror found in /etc/apt/sources.list*: add one")
+
+
+def cache_key(mirror: str) -> str:
+    text = "\n".join([SUITE, mirror, *sorted(BOOT_PACKAGES), "--", *sorted(SITE_PACKAGES)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _run(argv: list[str], step: str, log: Path) -> None:
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise BaseError(f"{step} failed (exit {done.returncode}); log {log}:\n{tail}")
+
+
+def ensure_base(progress: bool = True) -> Path:
+    """Return the cached root filesystem, building it first if the key changed."""
+    mirror = debian_mirror()
+    root = CACHE_DIR / f"{SUITE}-{cache_key(mirror)}"
+    rootfs = root / "rootfs"
+    if (root / "complete").exists():
+        return rootfs
+    for tool in ("debootstrap", "chroot"):
+        if shutil.which(tool) is None:
+            raise BaseError(f"{tool} not found: run scripts/setup.sh (it installs debootstrap)")
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    log = root / "build.log"
+    if progress:
+        print(f"sites: building the {SUITE} base from {mirror} into {rootfs} (log {log})")
+    _run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(BOOT_PACKAGES)}",
+            SUITE,
+            str(rootfs),
+            mirror,
+        ],
+        "debootstrap",
+        log,
+    )
+    _install_site_packages(rootfs, log)
+    (root / "complete").write_text(mirror + "\n")
+    return rootfs
+
+
+def _install_site_packages(rootfs: Path, log: Path) -> None:
+    # No service may start inside the chroot (it would outlive the build): policy-rc.d
+    # refuses every start, the way Debian's image builders do.
+    policy = rootfs / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    proc = rootfs / "proc"
+    subprocess.run(["mount", "-t", "proc", "proc", str(proc)], check=True)
+    try:
+        env = ["env", "DEBIAN_FRONTEND=noninteractive"]
+        _run(["chroot", str(rootfs), *env, "apt-get", "-q", "update"], "apt-get update", log)
+        _run(
+            [
+                "chroot",
+                str(rootfs),
+                *env,
+                "apt-get",
+                "-q",
+                "install",
+                "-y",
+                "--no-install-recommends",
+                *SITE_PACKAGES,
+            ],
+            "apt-get install",
+            log,
+        )
+        _run(["chroot", str(rootfs), "apt-get", "clean"], "apt-get clean", log)
+        # Installed for the roles, run only where the roles put them (a broker host's
+        # own units): Debian's units would otherwise start at every host's boot.
+        _run(["chroot", str(rootfs), "systemctl", "disable", *DEBIAN_UNITS], "disable", log)
+    finally:
+        _kill_chroot_processes(rootfs)
+        subprocess.run(["umount", "-l", str(proc)], check=False)
+        policy.unlink()
+    # Hosts boot with their own machine-id and SSH host keys (made at first boot).
+    (rootfs / "etc/machine-id").write_text("")
+    for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+
+
+def _kill_chroot_processes(rootfs: Path) -> None:
+    """epmd and friends started by a postinst despite policy-rc.d must not outlive us."""
+    real = str(rootfs.resolve())
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            if str((pid_dir / "root").readlink()) == real:
+                os.kill(int(pid_dir.name), 9)
+        except OSError:
+            continue
