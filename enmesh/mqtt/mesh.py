@@ -260,12 +260,12 @@ class MeshClient:
         text = _describe(condition, "the mesh detached the link")
         if link.is_receiver:
             address = link.source.address or ""
-            if self.receivers.get(address) is link:
+            if _same(self.receivers.get(address), link):
                 del self.receivers[address]
                 self.owner.on_subscribed(address, reason, text)
         else:
             address = link.target.address or ""
-            if self.senders.get(address) is link:
+            if _same(self.senders.get(address), link):
                 del self.senders[address]
             for item in self.pending.pop(address, deque()):
                 if item.token:
@@ -353,3 +353,8 @@ def _describe(condition: Condition | None, default: str) -> str:
     if condition is None:
         return default
     return f"{condition.name}: {condition.description}" if condition.description else condition.name
+
+
+def _same(known: Link | None, link: Link) -> bool:
+    """proton hands out a new wrapper per event: compare links by their unique name."""
+    return known is not None and known.name == link.name
