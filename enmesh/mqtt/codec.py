@@ -12,10 +12,10 @@ import struct
 from typing import Any
 
 from enmesh.mqtt.packets import (
-    PROPERTIES,
     CONNECT,
     DISCONNECT,
     PINGREQ,
+    PROPERTIES,
     PUBACK,
     PUBCOMP,
     PUBLISH,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from enmesh.mqtt.layers import Layer
+from enmesh.mqtt.layers import Layer, layer_factory
 from enmesh.mqtt.mesh import RouterEndpoint
 from enmesh.mqtt.session import Session
 from enmesh.mqtt.wills import WillService
@@ -59,8 +59,6 @@ class Gateway:
         self.ports: dict[str, int] = {}
 
     def start(self) -> None:
-        from enmesh.mqtt.layers import layer_factory  # TLS context built once per listener
-
         for listen in self.settings.listeners:
             acceptor = Acceptor(
                 self.loop,

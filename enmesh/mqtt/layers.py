@@ -7,6 +7,7 @@ sans-IO implementation of RFC 6455; the `mqtt` subprotocol of MQTT 3.1.1 section
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -80,10 +81,8 @@ class TlsLayer(Layer):
 
     def closing(self) -> bytes:
         if self.handshaken:
-            try:
+            with contextlib.suppress(ssl.SSLError):  # close_notify is all we want out
                 self.tls.unwrap()
-            except ssl.SSLError:
-                pass
         return self.outgoing.read()
 
     def _flush(self) -> None:

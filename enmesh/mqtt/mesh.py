@@ -106,7 +106,8 @@ class MeshClient:
         try:
             sock = connect_nonblocking(self.endpoint.host, self.endpoint.port)
         except OSError as exc:
-            self._end(lambda: self.owner.on_mesh_refused(packets.SERVER_UNAVAILABLE, str(exc)))
+            text = f"cannot reach the mesh: {exc.strerror}"
+            self._end(lambda: self.owner.on_mesh_refused(packets.SERVER_UNAVAILABLE, text))
             return
         domain = None
         if self.endpoint.tls:

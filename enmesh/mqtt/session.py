@@ -15,6 +15,7 @@ from proton import Delivery, Message
 
 from enmesh.mqtt import packets
 from enmesh.mqtt.codec import Decoder, MalformedPacket, UnsupportedVersion
+from enmesh.mqtt.convert import from_amqp, to_amqp
 from enmesh.mqtt.mesh import MeshClient
 from enmesh.mqtt.packets import (
     Connect,
@@ -205,9 +206,9 @@ class Session:
     def _refuse_connect(self, reason: int, text: str) -> None:
         log.info("CONNECT from %s (%s) refused: %s", self.peer, self.identity or "-", text)
         self.gateway.refusals += 1
-        version = self.decoder.version or (5 if reason == 0x84 else 4)
-        if version == 4 and reason == 0x84 or self.decoder.version == 0:
-            version = 4  # an unknown level gets the 3.1.1 answer (return code 1)
+        # An unknown protocol level gets the 3.1.1 answer (return code 1), as does a
+        # CONNECT that never decoded.
+        version = 4 if reason == 0x84 else self.decoder.version or 4
         props = {"reason_string": text} if version == 5 else {}
         self.transport.write(packets.connack(version, False, reason, props))
         self.clean_end = True
@@ -370,46 +371,3 @@ class Session:
                 self.mesh.close()
         self.gateway.forget(self)
         self.transport.close()
-
-
-def to_amqp(publish: Publish) -> Message:
-    """An MQTT PUBLISH as an AMQP message: the payload as a binary body, MQTT 5's
-    properties where AMQP has a field for them, user properties as application
-    properties."""
-    message = Message(body=publish.payload, address=publish.topic, durable=publish.qos > 0)
-    props = publish.props
-    if "content_type" in props:
-        message.content_type = props["content_type"]
-    if "response_topic" in props:
-        message.reply_to = props["response_topic"]
-    if "correlation_data" in props:
-        message.correlation_id = props["correlation_data"]
-    if "message_expiry" in props:
-        message.ttl = float(props["message_expiry"])
-    if "user_property" in props:
-        message.properties = dict(props["user_property"])  # type: ignore[assignment]
-    return message
-
-
-def from_amqp(topic: str, message: Message, qos: int, packet_id: int, version: int) -> Publish:
-    body = message.body
-    if body is None:
-        payload = b""
-    elif isinstance(body, bytes | memoryview):
-        payload = bytes(body)
-    elif isinstance(body, str):
-        payload = body.encode("utf-8")
-    else:
-        payload = repr(body).encode("utf-8")  # an AMQP value with no MQTT form: its text
-    props: dict[str, Any] = {}
-    if version == 5:
-        if message.content_type:
-            props["content_type"] = str(message.content_type)
-        if message.reply_to:
-            props["response_topic"] = message.reply_to
-        if isinstance(message.correlation_id, bytes | str):
-            cid = message.correlation_id
-            props["correlation_data"] = cid.encode() if isinstance(cid, str) else bytes(cid)
-        if message.properties:
-            props["user_property"] = [(str(k), str(v)) for k, v in message.properties.items()]
-    return Publish(topic, payload, qos, False, packet_id, props)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from proton import Delivery, Message
 
 from enmesh.mqtt import packets
+from enmesh.mqtt.convert import to_amqp
 from enmesh.mqtt.mesh import MeshClient
 from enmesh.mqtt.packets import Publish, Will
 from enmesh.router.engine import Timer
@@ -68,8 +69,6 @@ def _props_from_json(text: str) -> dict[str, object]:
 
 
 def will_message(will: Will) -> Message:
-    from enmesh.mqtt.session import to_amqp
-
     props = {k: v for k, v in will.props.items() if k != "will_delay"}
     return to_amqp(Publish(will.topic, will.payload, will.qos, will.retain, 0, props))
 

@@ -1,8 +1,10 @@
-"""A real mesh (2 enmesh-router processes, SASL users from the sample model plus a will
-account) and the MQTT gateway as a real process in front of router 0; paho-mqtt clients."""
+"""A real mesh (2 enmesh-router processes and a RabbitMQ for the stored address types,
+SASL users from the sample model plus a will account) and the MQTT gateway as a real
+process in front of router 0; paho-mqtt clients."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -18,9 +20,10 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.support.amqp import Account
-from tests.support.mesh import SAMPLE_MODEL, Mesh, build_mesh, wait_until
+from tests.support.mesh import SAMPLE_MODEL, Mesh, wait_until
 from tests.support.pki import router_client
 from tests.support.ports import free_port, port_is_listening
+from tests.support.stack import brokered_mesh
 
 # The sample model plus `wills@iot`, the account that publishes wills after a restart.
 WILL_ACCOUNT = """
@@ -44,13 +47,8 @@ def mqtt_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     directory = tmp_path_factory.mktemp("mqtt-mesh")
     model = directory / "iot.model.yml"
     model.write_text(SAMPLE_MODEL.read_text() + WILL_ACCOUNT)
-    mesh = build_mesh(directory / "stack", routers=2, models=[model])
-    try:
-        mesh.start()
-        mesh.wait_converged()
+    with brokered_mesh(directory, models=[model]) as mesh:
         yield mesh
-    finally:
-        mesh.stop()
 
 
 @dataclass
@@ -213,7 +211,5 @@ def device_factory(mqtt_mesh: Mesh, gateway: GatewayProcess) -> Iterator[Any]:
 
     yield make
     for device in made:
-        try:
+        with contextlib.suppress(Exception):  # already closed or never connected
             device.close()
-        except Exception:  # noqa: BLE001 - already closed or never connected
-            pass
