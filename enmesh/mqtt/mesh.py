@@ -100,6 +100,7 @@ class MeshClient:
         self.opened = False
         self.ended = False
         self._session: Any = None
+        self._dispatching = False
 
     def open(self, user: str, password: str, space: str) -> None:
         """Connect as `user` to `space`; the owner hears `on_mesh_open` or a refusal."""
@@ -140,7 +141,7 @@ class MeshClient:
         if self.socket is not None and not self.socket.closed:
             self.ended = True
             self.socket.connection.close()
-            self.socket.process()
+            self._process()
 
     # --- publishing ----------------------------------------------------------------------
 
@@ -207,7 +208,11 @@ class MeshClient:
     def on_event(self, source: ProtonSocket, event: Event) -> None:
         handler = getattr(self, f"_{event.type.method}", None)
         if handler is not None:
-            handler(event)
+            self._dispatching = True
+            try:
+                handler(event)
+            finally:
+                self._dispatching = False
 
     def _on_connection_remote_open(self, event: Event) -> None:
         props = _connection(event).remote_properties or {}
@@ -316,7 +321,9 @@ class MeshClient:
         tell()
 
     def _process(self) -> None:
-        if self.socket is not None:
+        # From inside an event the socket's own process() is running: it writes when the
+        # handler returns (calling it again would dispatch the same event twice).
+        if self.socket is not None and not self._dispatching:
             self.socket.process()
 
 

@@ -167,10 +167,13 @@ class Device:
         self.client.on_subscribe = lambda c, u, mid, rcs, p: self.subacks.put(rcs)
         self.client.on_disconnect = lambda c, u, f, rc, p: self.disconnects.put(rc)
         self.port = port
+        self.connect_properties: Any = None
 
     def connect(self, timeout: float = 10) -> Any:
         """Connect and return the CONNACK's reason code."""
-        self.client.connect("127.0.0.1", self.port, keepalive=30)
+        self.client.connect(
+            "127.0.0.1", self.port, keepalive=30, properties=self.connect_properties
+        )
         self.client.loop_start()
         return self.connects.get(timeout=timeout)
 
