@@ -76,7 +76,9 @@ class NetworkPolicies(pulumi.ComponentResource):
             ],
         )
         self._policy("keycloak", pods["keycloak"], [_rule([anyone], [KEYCLOAK_HTTPS])])
-        self._policy("mqtt-gateway", pods["mqtt-gateway"], [_rule([anyone], MQTT_PORTS.values())])
+        self._policy(
+            "mqtt-gateway", pods["mqtt-gateway"], [_rule([anyone], list(MQTT_PORTS.values()))]
+        )
         self._policy(
             "keycloak-db", pods["keycloak-db"], [_rule([_peer(pods["keycloak"])], [POSTGRES])]
         )
