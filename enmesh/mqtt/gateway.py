@@ -113,6 +113,7 @@ class SocketConnection:
         self.out = bytearray()
         self.closing = False
         self.closed = False
+        self.reading = True
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.session = Session(gateway, self, peer)
@@ -138,6 +139,23 @@ class SocketConnection:
     def backlog(self) -> int:
         return len(self.out)
 
+    def pause(self, paused: bool) -> None:
+        """Stop (or restart) reading the device: its socket buffers fill, TCP slows it."""
+        self.reading = not paused
+        self._watch()
+
+    def _watch(self) -> None:
+        """Register the socket for what we wait on now (nothing while paused and idle)."""
+        if self.closed:
+            return
+        events = selectors.EVENT_READ if self.reading else 0
+        if self.out:
+            events |= selectors.EVENT_WRITE
+        if events:
+            self.gateway.loop.modify(self.sock, self, events)
+        else:
+            self.gateway.loop.unregister(self.sock)
+
     def close(self) -> None:
         """Flush what the session wrote (a CONNACK or DISCONNECT), then close."""
         if self.closed:
@@ -162,7 +180,7 @@ class SocketConnection:
             data = data[sent:]
         if data:
             self.out += data
-            self.gateway.loop.modify(self.sock, self, selectors.EVENT_READ | selectors.EVENT_WRITE)
+            self._watch()
 
     def on_readable(self) -> None:
         try:
@@ -196,7 +214,7 @@ class SocketConnection:
             if self.closing:
                 self._finish()
                 return
-            self.gateway.loop.modify(self.sock, self, selectors.EVENT_READ)
+            self._watch()
             self.session.drained()
 
     def _layer_failed(self, why: str) -> None:

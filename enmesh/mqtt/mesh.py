@@ -32,7 +32,7 @@ from proton import (
 
 from enmesh.mqtt import packets
 from enmesh.router import security
-from enmesh.router.engine import Loop, ProtonSocket, connect_nonblocking
+from enmesh.router.engine import Loop, ProtonSocket, Timer, connect_nonblocking
 
 log = logging.getLogger("enmesh.mqtt.mesh")
 
@@ -40,6 +40,8 @@ UNAUTHORIZED = "amqp:unauthorized-access"
 ESTABLISHMENT_FAILED = symbol("amqp:connection-establishment-failed")
 CREDIT_WINDOW = 64  # deliveries in flight per subscription: flow control, not a buffer
 QOS0_BACKLOG = 1000  # QoS 0 messages held per address while the mesh gives no credit
+LINGER_SECONDS = 5.0  # how long a closing device's unsent messages may wait for credit
+PAUSE_AT, RESUME_AT = 500, 100  # messages waiting for credit: stop / restart reading the device
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class MeshOwner(Protocol):
     def on_outcome(self, token: int, reason: int, text: str) -> None: ...
     def on_subscribed(self, topic: str, reason: int, text: str) -> None: ...
     def on_message(self, topic: str, delivery: Delivery, message: Message) -> None: ...
+    def on_credit(self) -> None: ...
 
 
 @dataclass
@@ -101,6 +104,7 @@ class MeshClient:
         self.ended = False
         self._session: Any = None
         self._dispatching = False
+        self._linger: Timer | None = None
 
     def open(self, user: str, password: str, space: str) -> None:
         """Connect as `user` to `space`; the owner hears `on_mesh_open` or a refusal."""
@@ -137,9 +141,21 @@ class MeshClient:
         self.socket.process()
 
     def close(self) -> None:
-        """A clean close: the mesh sees every link detached, then the connection end."""
+        """A clean close: the mesh sees every link detached, then the connection end.
+        Messages still waiting for credit go first (for at most LINGER_SECONDS): a device
+        that published and left at once must not lose what it sent."""
+        if self.socket is None or self.socket.closed or self.ended:
+            return
+        self.ended = True
+        if self.backlog() and self._linger is None:
+            self._linger = self.loop.call_later(LINGER_SECONDS, self._close_now)
+            return
+        self._close_now()
+
+    def _close_now(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
         if self.socket is not None and not self.socket.closed:
-            self.ended = True
             self.socket.connection.close()
             self._process()
 
@@ -288,6 +304,13 @@ class MeshClient:
         link = _link(event)
         if isinstance(link, Sender):
             self._pump(link)
+            if self._linger is not None and not self.backlog():
+                self._close_now()
+            self.owner.on_credit()
+
+    def backlog(self) -> int:
+        """Messages from the device still waiting for the mesh's credit."""
+        return sum(len(queue) for queue in self.pending.values())
 
     def _on_delivery(self, event: Event) -> None:
         delivery = _delivery(event)

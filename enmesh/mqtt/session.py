@@ -16,7 +16,7 @@ from proton import Delivery, Message
 from enmesh.mqtt import packets
 from enmesh.mqtt.codec import Decoder, MalformedPacket, UnsupportedVersion
 from enmesh.mqtt.convert import from_amqp, to_amqp
-from enmesh.mqtt.mesh import MeshClient
+from enmesh.mqtt.mesh import PAUSE_AT, RESUME_AT, MeshClient
 from enmesh.mqtt.packets import (
     Connect,
     Disconnect,
@@ -43,6 +43,7 @@ class Transport(Protocol):
     def write(self, data: bytes) -> None: ...
     def close(self) -> None: ...
     def backlog(self) -> int: ...
+    def pause(self, paused: bool) -> None: ...
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Session:
         self.ready = False  # CONNACK sent with success
         self.closed = False
         self.clean_end = False  # DISCONNECT received: no will
+        self.paused = False  # not reading the device: the mesh has not taken its publishes
         self.held: list[Packet] = []  # packets after CONNECT, before the mesh answered
         self.subscriptions: dict[str, int] = {}  # address -> granted QoS
         self.subacks: list[_SubAck] = []
@@ -125,6 +127,9 @@ class Session:
             self.keep_alive = self.gateway.loop.call_later(seconds * 1.5, self._expired)
 
     def _expired(self) -> None:
+        if self.paused:  # its PINGREQs wait unread behind its publishes
+            self._touch()
+            return
         self._protocol_failure(packets.KEEP_ALIVE_TIMEOUT, "keep alive expired")
 
     # --- CONNECT -------------------------------------------------------------------------
@@ -242,6 +247,16 @@ class Session:
         if publish.qos == 1 and publish.packet_id in self.mesh.inflight:
             return  # a DUP of one in flight: its PUBACK comes when the mesh settles it
         self.mesh.publish(publish.topic, to_amqp(publish), publish.qos, publish.packet_id)
+        if self.mesh.backlog() >= PAUSE_AT and not self.paused:
+            # The mesh takes less than the device sends: TCP backpressure, not a buffer.
+            self.paused = True
+            self.transport.pause(True)
+
+    def on_credit(self) -> None:
+        if self.paused and self.mesh is not None and self.mesh.backlog() <= RESUME_AT:
+            self.paused = False
+            self.transport.pause(False)
+            self._touch()  # keep-alive was not read while paused
 
     def on_outcome(self, token: int, reason: int, text: str) -> None:
         if self.closed:

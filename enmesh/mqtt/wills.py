@@ -241,6 +241,9 @@ class _Publisher:
     def on_subscribed(self, topic: str, reason: int, text: str) -> None:
         pass
 
+    def on_credit(self) -> None:
+        pass
+
     def on_message(self, topic: str, delivery: Delivery, message: Message) -> None:
         pass
 
