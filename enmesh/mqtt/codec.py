@@ -44,6 +44,7 @@ class MalformedPacket(Exception):  # noqa: N818 - the MQTT name for it
     def __init__(self, reason: int, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+        self.decoded: list[Packet] = []  # whole packets that came before the bad one
 
 
 class UnsupportedVersion(MalformedPacket):
@@ -238,13 +239,21 @@ class Decoder:
         self.buffer += data
         packets: list[Packet] = []
         while True:
-            header = self._header()
+            try:
+                header = self._header()
+            except MalformedPacket as exc:
+                exc.decoded = packets
+                raise
             if header is None:
                 return packets
             first, length, start = header
             body = bytes(self.buffer[start : start + length])
             del self.buffer[: start + length]
-            packets.append(self._decode(first, body))
+            try:
+                packets.append(self._decode(first, body))
+            except MalformedPacket as exc:
+                exc.decoded = packets
+                raise
 
     def _header(self) -> tuple[int, int, int] | None:
         """(first byte, remaining length, body offset) once the whole packet is here."""

@@ -33,6 +33,9 @@ from proton import (
 from enmesh.mqtt import packets
 from enmesh.router import security
 from enmesh.router.engine import Loop, ProtonSocket, Timer, connect_nonblocking
+from enmesh.router.engine import event_connection as _connection
+from enmesh.router.engine import event_delivery as _delivery
+from enmesh.router.engine import event_link as _link
 
 log = logging.getLogger("enmesh.mqtt.mesh")
 
@@ -348,24 +351,6 @@ class MeshClient:
         # handler returns (calling it again would dispatch the same event twice).
         if self.socket is not None and not self._dispatching:
             self.socket.process()
-
-
-def _connection(event: Event) -> Connection:
-    connection = event.connection
-    assert connection is not None  # set for every connection-level event
-    return connection
-
-
-def _link(event: Event) -> Link:
-    link = event.link
-    assert link is not None
-    return link
-
-
-def _delivery(event: Event) -> Delivery:
-    delivery = event.delivery
-    assert delivery is not None
-    return delivery
 
 
 def _outcome(delivery: Delivery) -> tuple[int, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -64,7 +65,7 @@ class Session:
         self.closed = False
         self.clean_end = False  # DISCONNECT received: no will
         self.paused = False  # not reading the device: the mesh has not taken its publishes
-        self.held: list[Packet] = []  # packets after CONNECT, before the mesh answered
+        self.held: deque[Packet] = deque()  # decoded, not yet handled (see _run_held)
         self.subscriptions: dict[str, int] = {}  # address -> granted QoS
         self.subacks: list[_SubAck] = []
         self.to_device: dict[int, Delivery] = {}  # packet id -> mesh delivery (QoS 1)
@@ -87,19 +88,25 @@ class Session:
     def feed(self, data: bytes) -> None:
         if self.closed:
             return
+        self._touch()
         try:
-            for packet in self.decoder.feed(data):
-                if self.closed:
-                    return
-                self._touch()
-                if self.connect is not None and not self.ready:
-                    self.held.append(packet)
-                else:
-                    self._handle(packet)
+            self.held.extend(self.decoder.feed(data))
         except UnsupportedVersion as exc:
             self._refuse_connect(exc.reason, str(exc))
         except MalformedPacket as exc:
+            self.held.extend(exc.decoded)  # what came before the bad packet still counts
+            self._run_held()
             self._protocol_failure(exc.reason, str(exc))
+        else:
+            self._run_held()
+
+    def _run_held(self) -> None:
+        """Handle what arrived, in order, unless waiting for the mesh (its answer to the
+        CONNECT, or its credit while the device is paused)."""
+        while self.held and not self.closed and not self.paused:
+            if self.connect is not None and not self.ready:
+                return
+            self._handle(self.held.popleft())
 
     def _handle(self, packet: Packet) -> None:
         if isinstance(packet, Connect):
@@ -191,10 +198,7 @@ class Session:
         self.ready = True
         if self.connect.will is not None:
             self.gateway.wills.remember(self)
-        held, self.held = self.held, []
-        for packet in held:
-            if not self.closed:
-                self._handle(packet)
+        self._run_held()
 
     def on_mesh_refused(self, reason: int, text: str) -> None:
         self._refuse_connect(reason, text)
@@ -257,6 +261,7 @@ class Session:
             self.paused = False
             self.transport.pause(False)
             self._touch()  # keep-alive was not read while paused
+            self._run_held()
 
     def on_outcome(self, token: int, reason: int, text: str) -> None:
         if self.closed:
