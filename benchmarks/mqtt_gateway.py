@@ -23,6 +23,7 @@ Figures go to benchmarks/results/mqtt_gateway.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -146,6 +147,12 @@ def _subscriber(target: Target, qos: int, count: int, ready: Any, out: Any) -> N
         sent = struct.unpack(">d", packet[offset : offset + 8])[0]
         latencies.append(time.perf_counter() - sent)
     out.put((received, time.perf_counter() - first, latencies))
+    # Leave cleanly and wait for the server's close: the gateway has then closed this
+    # consumer's AMQP link, so the next run's anycast messages are not balanced to it.
+    client.sock.sendall(b"\xe0\x00")
+    with contextlib.suppress(OSError):
+        while client.sock.recv(65536):
+            pass
 
 
 def _publisher(target: Target, qos: int, count: int, rate: float | None) -> None:

@@ -17,7 +17,7 @@ from proton import Delivery, Message
 from enmesh.mqtt import packets
 from enmesh.mqtt.codec import Decoder, MalformedPacket, UnsupportedVersion
 from enmesh.mqtt.convert import from_amqp, to_amqp
-from enmesh.mqtt.mesh import PAUSE_AT, RESUME_AT, MeshClient
+from enmesh.mqtt.mesh import LINGER_SECONDS, PAUSE_AT, RESUME_AT, MeshClient
 from enmesh.mqtt.packets import (
     Connect,
     Disconnect,
@@ -64,6 +64,7 @@ class Session:
         self.ready = False  # CONNACK sent with success
         self.closed = False
         self.clean_end = False  # DISCONNECT received: no will
+        self.eof = False  # the device hung up while packets of its were still held
         self.paused = False  # not reading the device: the mesh has not taken its publishes
         self.held: deque[Packet] = deque()  # decoded, not yet handled (see _run_held)
         self.subscriptions: dict[str, int] = {}  # address -> granted QoS
@@ -107,6 +108,8 @@ class Session:
             if self.connect is not None and not self.ready:
                 return
             self._handle(self.held.popleft())
+        if self.eof and not self.held:
+            self._close("connection lost")
 
     def _handle(self, packet: Packet) -> None:
         if isinstance(packet, Connect):
@@ -370,6 +373,12 @@ class Session:
         self._close("session taken over")
 
     def transport_lost(self) -> None:
+        if self.held and self.ready and not self.closed:
+            # The device sent more than the mesh has taken yet, then hung up: handle what
+            # it sent first (for at most LINGER_SECONDS), then end as a lost connection.
+            self.eof = True
+            self.gateway.loop.call_later(LINGER_SECONDS, lambda: self._close("connection lost"))
+            return
         self._close("connection lost")
 
     def _close(self, why: str) -> None:
