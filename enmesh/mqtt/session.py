@@ -64,6 +64,7 @@ class Session:
         self.ready = False  # CONNACK sent with success
         self.closed = False
         self.clean_end = False  # DISCONNECT received: no will
+        self.keep_will = False  # the mesh went away: the will stays stored
         self.eof = False  # the device hung up while packets of its were still held
         self.paused = False  # not reading the device: the mesh has not taken its publishes
         self.held: deque[Packet] = deque()  # decoded, not yet handled (see _run_held)
@@ -212,7 +213,10 @@ class Session:
             return
         if self.version == 5:
             self.transport.write(packets.disconnect(packets.SERVER_UNAVAILABLE, text))
-        self.clean_end = True  # the device did nothing wrong; its will needs the mesh
+        # The will cannot go out without the mesh: it stays stored, for the will account
+        # at the gateway's next start, unless the device reconnects first (a new CONNECT
+        # replaces it).
+        self.clean_end = self.keep_will = True
         self._close(f"mesh connection lost: {text}")
 
     def _refuse_connect(self, reason: int, text: str) -> None:
@@ -394,7 +398,7 @@ class Session:
         if will is not None and not self.clean_end and self.mesh is not None:
             self.gateway.wills.publish_on_loss(self)
         else:
-            if will is not None:
+            if will is not None and not self.keep_will:
                 self.gateway.wills.forget(self)
             if self.mesh is not None:
                 self.mesh.close()
