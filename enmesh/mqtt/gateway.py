@@ -17,6 +17,7 @@ from pathlib import Path
 
 from enmesh.mqtt.layers import Layer, layer_factory
 from enmesh.mqtt.mesh import RouterEndpoint
+from enmesh.mqtt.retained import RetainedStore
 from enmesh.mqtt.session import Session
 from enmesh.mqtt.wills import WillService
 from enmesh.router.engine import READ_CHUNK, Acceptor, Loop
@@ -56,6 +57,7 @@ class Gateway:
         self.protocol_errors = 0
         self.acceptors: list[Acceptor] = []
         self.wills = WillService(self)
+        self.retained = RetainedStore(settings.state_dir)
         self.ports: dict[str, int] = {}
 
     def start(self) -> None:
@@ -100,6 +102,7 @@ class Gateway:
         for acceptor in self.acceptors:
             acceptor.close()
         self.wills.close()
+        self.retained.close()
 
 
 class SocketConnection:

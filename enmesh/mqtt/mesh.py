@@ -82,6 +82,7 @@ class MeshOwner(Protocol):
     def on_subscribed(self, topic: str, reason: int, text: str) -> None: ...
     def on_message(self, topic: str, delivery: Delivery, message: Message) -> None: ...
     def on_credit(self) -> None: ...
+    def on_sender_attached(self, address: str) -> None: ...
 
 
 @dataclass
@@ -102,6 +103,7 @@ class MeshClient:
         self.senders: dict[str, Sender] = {}
         self.pending: dict[str, deque[_Outgoing]] = {}
         self.receivers: dict[str, Receiver] = {}
+        self.attached: set[str] = set()  # addresses whose sender the mesh accepted
         self.inflight: dict[int, tuple[str, Delivery]] = {}  # QoS 1 token -> where, what
         self.opened = False
         self.ended = False
@@ -272,6 +274,9 @@ class MeshClient:
         link = _link(event)
         if link.is_receiver and link.remote_source.address:
             self.owner.on_subscribed(link.source.address or "", packets.SUCCESS, "")
+        elif link.is_sender and link.remote_target.address:
+            self.attached.add(link.target.address or "")
+            self.owner.on_sender_attached(link.target.address or "")
         # refused: a null terminus, then the detach with its condition
 
     def _on_link_remote_close(self, event: Event) -> None:
@@ -292,6 +297,7 @@ class MeshClient:
             address = link.target.address or ""
             if _same(self.senders.get(address), link):
                 del self.senders[address]
+                self.attached.discard(address)
             for item in self.pending.pop(address, deque()):
                 if item.token:
                     self.owner.on_outcome(item.token, reason, text)

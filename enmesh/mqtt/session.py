@@ -70,11 +70,13 @@ class Session:
         self.held: deque[Packet] = deque()  # decoded, not yet handled (see _run_held)
         self.subscriptions: dict[str, int] = {}  # address -> granted QoS
         self.subacks: list[_SubAck] = []
-        self.to_device: dict[int, Delivery] = {}  # packet id -> mesh delivery (QoS 1)
+        self.to_device: dict[int, Delivery | None] = {}  # packet id -> mesh delivery (QoS 1)
+        self.retain_pending: dict[str, Publish] = {}  # retained, until the mesh allows the topic
         self.deferred: list[Delivery] = []  # QoS 0 written, settled once the backlog drains
         self.next_packet_id = 1
         self.keep_alive: Timer | None = None
         self.identity = ""
+        self.space = ""
         self.assigned_id = False
         self.gateway.sessions_open += 1
         self.connect_timer: Timer | None = gateway.loop.call_later(
@@ -166,7 +168,7 @@ class Session:
             connect.client_id = f"enmesh-{next(_ids)}"
             self.assigned_id = True
         self.identity = user
-        space = user.rsplit("@", 1)[1]
+        space = self.space = user.rsplit("@", 1)[1]
         try:
             password = connect.password.decode("utf-8")
         except UnicodeDecodeError:
@@ -190,7 +192,6 @@ class Session:
             props = {
                 "receive_maximum": RECEIVE_MAXIMUM,
                 "maximum_qos": 1,
-                "retain_available": 0,
                 "wildcard_available": 0,
                 "subscription_id_available": 0,
                 "shared_available": 0,
@@ -249,19 +250,27 @@ class Session:
         if "topic_alias" in publish.props:
             self._protocol_failure(0x94, "topic aliases are not offered (maximum 0)")
             return
-        if publish.retain and self.version == 5:
-            self._protocol_failure(0x9A, "retained messages are not supported")
-            return
         if publish.qos == 1 and len(self.mesh.inflight) >= RECEIVE_MAXIMUM and self.version == 5:
             self._protocol_failure(0x93, "receive maximum exceeded")
             return
         if publish.qos == 1 and publish.packet_id in self.mesh.inflight:
             return  # a DUP of one in flight: its PUBACK comes when the mesh settles it
         self.mesh.publish(publish.topic, to_amqp(publish), publish.qos, publish.packet_id)
+        if publish.retain:
+            if publish.topic in self.mesh.attached:
+                self.gateway.retained.put(self.space, publish)
+            else:
+                self.retain_pending[publish.topic] = publish
         if self.mesh.backlog() >= PAUSE_AT and not self.paused:
             # The mesh takes less than the device sends: TCP backpressure, not a buffer.
             self.paused = True
             self.transport.pause(True)
+
+    def on_sender_attached(self, address: str) -> None:
+        """The mesh let the device send to `address`: its retained message may be kept."""
+        publish = self.retain_pending.pop(address, None)
+        if publish is not None:
+            self.gateway.retained.put(self.space, publish)
 
     def on_credit(self) -> None:
         if self.paused and self.mesh is not None and self.mesh.backlog() <= RESUME_AT:
@@ -319,6 +328,21 @@ class Session:
         while self.subacks and not self.subacks[0].waiting and not self.closed:
             done = self.subacks.pop(0)
             self.transport.write(packets.suback(self.version, done.packet_id, done.codes))
+            for topic, code in zip(done.topics, done.codes, strict=True):
+                if code < 0x80:
+                    self._send_retained(topic, code)
+
+    def _send_retained(self, topic: str, granted: int) -> None:
+        retained = self.gateway.retained.get(self.space, topic)
+        if retained is None:
+            return
+        retained.qos = min(retained.qos, granted)
+        if retained.qos:
+            retained.packet_id = self._packet_id()
+            self.to_device[retained.packet_id] = None  # from the store: nothing to settle
+        if self.version != 5:
+            retained.props = {}
+        self.transport.write(packets.publish(self.version, retained))
 
     def _on_unsubscribe(self, unsubscribe: Unsubscribe) -> None:
         assert self.mesh is not None

@@ -244,6 +244,9 @@ class _Publisher:
     def on_credit(self) -> None:
         pass
 
+    def on_sender_attached(self, address: str) -> None:
+        pass
+
     def on_message(self, topic: str, delivery: Delivery, message: Message) -> None:
         pass
 

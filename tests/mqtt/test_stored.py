@@ -41,3 +41,25 @@ def test_topic_reaches_a_live_subscriber_and_a_durable_subscription(
     assert live.receive().payload == b"device 7 at 91C"
     message = durable.receive()
     assert (message.topic, message.payload) == ("alerts::audit", b"device 7 at 91C")
+
+
+def test_retained_message_goes_to_a_later_subscriber(device_factory: Any) -> None:
+    publisher = device_factory("backend@iot", client_id="retain-publisher")
+    assert publisher.connect() == 0
+    publisher.client.publish("alerts", b"latest state", qos=1, retain=True)
+    assert publisher.acks.get(timeout=10)[1] == 0  # the broker took it: nobody listened
+    try:
+        for version in (mqtt.MQTTv5, mqtt.MQTTv311):
+            late = device_factory("backend@iot", client_id=f"late-{version}", version=version)
+            assert late.connect() == 0
+            assert [rc.value for rc in late.subscribe("alerts", qos=1)] == [1]
+            message = late.receive()
+            assert (message.payload, message.retain, message.qos) == (b"latest state", True, 1)
+    finally:
+        publisher.client.publish("alerts", b"", qos=1, retain=True)  # an empty one deletes it
+        assert publisher.acks.get(timeout=10)[1] == 0
+    cleared = device_factory("backend@iot", client_id="after-clear")
+    assert cleared.connect() == 0
+    assert [rc.value for rc in cleared.subscribe("alerts", qos=1)] == [1]
+    assert publisher.publish("alerts", b"live", qos=1) == 0
+    assert cleared.receive().payload == b"live"  # first: no retained message came before it
