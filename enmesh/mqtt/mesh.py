@@ -40,6 +40,11 @@ from enmesh.router.engine import event_link as _link
 log = logging.getLogger("enmesh.mqtt.mesh")
 
 UNAUTHORIZED = "amqp:unauthorized-access"
+# How the router refuses a connection -> the CONNACK reason code.
+REFUSALS = {
+    UNAUTHORIZED: packets.NOT_AUTHORIZED,
+    "amqp:resource-limit-exceeded": packets.QUOTA_EXCEEDED,  # the space's connection limit
+}
 ESTABLISHMENT_FAILED = symbol("amqp:connection-establishment-failed")
 CREDIT_WINDOW = 64  # deliveries in flight per subscription: flow control, not a buffer
 QOS0_BACKLOG = 1000  # QoS 0 messages held per address while the mesh gives no credit
@@ -246,8 +251,8 @@ class MeshClient:
         condition = _connection(event).remote_condition
         text = _describe(condition, "the router closed the connection")
         if not self.opened:
-            unauthorized = condition is not None and condition.name == UNAUTHORIZED
-            reason = packets.NOT_AUTHORIZED if unauthorized else packets.SERVER_UNAVAILABLE
+            name = condition.name if condition is not None else ""
+            reason = REFUSALS.get(name, packets.SERVER_UNAVAILABLE)
             self._end(lambda: self.owner.on_mesh_refused(reason, text))
         else:
             self._end(lambda: self.owner.on_mesh_lost(text))

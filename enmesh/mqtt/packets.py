@@ -32,6 +32,7 @@ CONNACK_311 = {
     0x84: 1,
     CLIENT_ID_INVALID: 2,
     SERVER_UNAVAILABLE: 3,
+    QUOTA_EXCEEDED: 3,  # 3.1.1 has nothing closer than "server unavailable"
     BAD_CREDENTIALS: 4,
     NOT_AUTHORIZED: 5,
 }
