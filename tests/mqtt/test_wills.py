@@ -5,6 +5,8 @@ of the gateway (SIGKILL), then published with the address space's will account."
 from __future__ import annotations
 
 import signal
+import socket
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from paho.mqtt.properties import Properties
 from proton.utils import BlockingConnection, BlockingReceiver
 
 from tests.mqtt.conftest import Device, GatewayProcess, amqp_account, start_gateway
+from tests.mqtt.test_bad_input import _string, read_all
 from tests.support.mesh import Mesh
 
 pytestmark = pytest.mark.slow
@@ -113,3 +116,22 @@ def test_will_survives_a_gateway_restart(mqtt_mesh: Mesh, tmp_path: Path, teleme
         assert next_body(receiver) == b"lost with the gateway"
     finally:
         gateway.stop()
+
+
+def test_will_published_when_keep_alive_is_missed(
+    gateway: GatewayProcess, mqtt_mesh: Mesh, telemetry: Any
+) -> None:
+    """A device that goes silent (its socket stays open) past 1.5 x its keep-alive."""
+    _, receiver = telemetry
+    password = mqtt_mesh.passwords["device@iot"]
+    header = _string("MQTT") + bytes([5, 0xC2 | 0x04 | 0x08]) + struct.pack(">H", 1)  # 1 s
+    will = b"\x00" + _string("telemetry") + _string("went silent")  # no will properties
+    body = header + b"\x00" + _string("silent") + will + _string("device@iot") + _string(password)
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(bytes([0x10, len(body)]) + body)
+        connack = sock.recv(64)
+        assert connack[0] == 0x20 and connack[3] == 0, connack
+        assert next_body(receiver) == b"went silent"
+        # it said why before closing: DISCONNECT with 0x8D, keep alive timeout
+        answer = read_all(sock)
+        assert answer[0] == 0xE0 and answer[2] == 0x8D, answer
