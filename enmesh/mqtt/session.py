@@ -199,10 +199,10 @@ class Session:
             }
             if self.assigned_id:
                 props["assigned_client_id"] = self.connect.client_id
+        if self.connect.will is not None:
+            self.gateway.wills.remember(self)  # on disk before the device hears success
         self.transport.write(packets.connack(self.version, False, packets.SUCCESS, props))
         self.ready = True
-        if self.connect.will is not None:
-            self.gateway.wills.remember(self)
         self._run_held()
 
     def on_mesh_refused(self, reason: int, text: str) -> None:
