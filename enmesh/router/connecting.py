@@ -50,6 +50,7 @@ class ConnectionInfo:
     identity: int = 0
     opened_at: float | None = None  # time.monotonic() of the peer's open (management)
     strip: StripAnnotations = StripAnnotations.BOTH  # the listener's or connector's
+    session_frames: int = 0  # maxSessionFrames: every session's incoming window
 
     def internal(self, address: str) -> str:
         return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address
@@ -107,6 +108,7 @@ class Connecting:
             multi_tenant=listener.multi_tenant,
             link_capacity=listener.link_capacity,
             strip=listener.strip_annotations,
+            session_frames=listener.max_session_frames,
         )
         screen = security.first_bytes_screen(listener.require_ssl)
         sasl_screen = SaslInputScreen()
@@ -168,6 +170,7 @@ class Connecting:
             outgoing=True,
             link_capacity=connector.link_capacity,
             strip=connector.strip_annotations,
+            session_frames=connector.max_session_frames,
         )
         conn.connection.open()
         self._adopt(conn, info)

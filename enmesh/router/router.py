@@ -25,7 +25,7 @@ from typing import Any
 
 from proton import Endpoint, Event, Session
 
-from enmesh.router import endpoints, peerinput, security, streaming, tally
+from enmesh.router import endpoints, peerinput, security, session_window, streaming, tally
 from enmesh.router.admission import Admission, AdmissionSettings
 from enmesh.router.brokerlinks import BrokerLinks
 from enmesh.router.clientlinks import ClientLinks, refuse
@@ -108,6 +108,7 @@ class Router:
         session: Session | None = conn.context.get("session")
         if session is None:
             session = conn.connection.session()
+            session_window.bound(session, conn.context["info"].session_frames)
             session.open()
             conn.context["session"] = session
         return session
@@ -188,8 +189,11 @@ class Router:
     def _on_session_remote_open(self, conn: ProtonSocket, event: Event) -> None:
         if _connection(event).state & Endpoint.LOCAL_CLOSED:
             return  # refused connection: its queued begins and attaches get no answer
-        if _session(event).state & LOCAL_UNINIT:
-            _session(event).open()
+        session = _session(event)
+        if session.state & LOCAL_UNINIT:
+            info: ConnectionInfo = conn.context["info"]
+            session_window.bound(session, info.session_frames)
+            session.open()
 
     def _on_link_remote_open(self, conn: ProtonSocket, event: Event) -> None:
         link = _link(event)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enmesh.router.policy import Vhost, VhostGroup
 
 # qdrouterd's policy `defaultVhost`: the policy of clients whose hostname names no vhost.
-# enmesh stacks put their administrator there (README "Live changes").
+# enmesh stacks put their administrator there (docs/router.md "Live changes").
 DEFAULT_VHOST = "$default"
 UNKNOWN_GROUP = "$unknown"  # admitted by allowUnknownUser, with no rights at all
 
@@ -25,11 +25,14 @@ class Admitted:
 
 def admit(vhosts: Mapping[str, Vhost], hostname: str, user: str) -> Admitted | str:
     """The vhost and group for `user` naming `hostname`, or why the connection is refused."""
-    vhost = vhosts.get(hostname) or vhosts.get(DEFAULT_VHOST)
+    named = vhosts.get(hostname)
+    vhost = named or vhosts.get(DEFAULT_VHOST)
     if vhost is None:
         return f"no address space {hostname!r} (set the AMQP hostname)"
     group = vhost.group_for(user)
     if group is None and not vhost.allow_unknown_user:
+        if named is None:  # the default vhost serves only its members (the administrator)
+            return f"no address space {hostname!r} (set the AMQP hostname)"
         return f"user {user!r} may not use address space {vhost.hostname!r}"
     return Admitted(vhost, group or VhostGroup(name=UNKNOWN_GROUP))
 
