@@ -220,6 +220,20 @@ BENCHES = (
         ),
     ),
     Bench(
+        "mqtt_half_open.json", "MQTT gateway, half-open sockets",
+        f"{PY} benchmarks/mqtt_half_open.py",
+        "Rounds of 10,000 sockets that connect and send nothing: the gateway closes each "
+        "after its 10 s CONNECT timeout and still answers a CONNECT afterwards. Its RSS "
+        "stays at CPython's high-water mark, without growth from round to round.",
+        _pairs(
+            ("sockets per round", "sockets", "{}"),
+            ("gateway RSS before, KB", "baseline_kb", "{}"),
+            ("closed by the gateway, per round", "rounds", "{0[closed_by_gateway]}"),
+            ("RSS after each round, KB", "rounds", "{0[after_kb]}"),
+            ("a CONNECT afterwards (CONNACK bytes)", "connect_after", "{}"),
+        ),
+    ),
+    Bench(
         "pipeline.json", "Telemetry pipeline", f"{PY} benchmarks/pipeline.py",
         "Readings through the mesh into the deployed Spark job (local stack), latency from "
         "a reading's stamp to the Parquet file holding it; Spark over the same readings "
