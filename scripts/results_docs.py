@@ -51,6 +51,9 @@ def _pairs(*rows: tuple[str, str, str]) -> Callable[[dict[str, Any]], Iterator[t
     return table
 
 
+_MQTT_LAT, _MQTT_IDLE = "qos1_latency_at_half_load", "idle_connections.gateway"
+
+
 def _pipeline(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
     yield ("input", "devices", "sustained", "p50", "p99", "p99 queued", "p99 in Spark")
     for run in data["mesh"]:
@@ -200,6 +203,45 @@ BENCHES = (
         "The same with maxSessionFrames 128 on every listener and connector: the hold-off "
         "reaches the producer.",
         _LARGE,
+    ),
+    Bench(
+        "mqtt_gateway.json", "MQTT gateway, side by side with mosquitto",
+        f"{PY} benchmarks/mqtt_gateway.py --mosquitto PATH",
+        "Raw-socket MQTT 3.1.1 clients through the gateway and one enmesh-router (anycast, "
+        "end to end), and through Debian's mosquitto 2.0.11, interleaved runs, medians; "
+        "then latency at half the gateway's QoS 1 rate, idle connections held and a 60 s "
+        "QoS 1 soak. Analysis: [MQTT gateway](mqtt.md#measured).",
+        _pairs(
+            ("QoS 0 msg/s, mosquitto", "qos0_msgs_per_s.mosquitto", "{}"),
+            ("QoS 0 msg/s, gateway", "qos0_msgs_per_s.gateway", "{}"),
+            ("QoS 0 gateway / mosquitto", "qos0_ratio_gateway_to_mosquitto", "{}"),
+            ("QoS 1 msg/s, mosquitto", "qos1_msgs_per_s.mosquitto", "{}"),
+            ("QoS 1 msg/s, gateway", "qos1_msgs_per_s.gateway", "{}"),
+            ("QoS 1 not delivered of 60,000, mosquitto", "qos1_not_delivered.mosquitto", "{}"),
+            ("QoS 1 not delivered of 60,000, gateway", "qos1_not_delivered.gateway", "{}"),
+            ("QoS 1 gateway / mosquitto", "qos1_ratio_gateway_to_mosquitto", "{}"),
+            ("QoS 1 p99 ms at half load, mosquitto", f"{_MQTT_LAT}.mosquitto.p99_ms", "{}"),
+            ("QoS 1 p99 ms at half load, gateway", f"{_MQTT_LAT}.gateway.p99_ms", "{}"),
+            ("idle connections held, gateway", "idle_connections.gateway.held", "{}"),
+            ("KB per connection, gateway", "idle_connections.gateway.kb_per_connection", "{}"),
+            ("KB per connection in the router", f"{_MQTT_IDLE}.router_kb_per_connection", "{}"),
+            ("KB per connection, mosquitto", "idle_connections.mosquitto.kb_per_connection", "{}"),
+            ("soak RSS growth after warm-up, KB", "soak_rss_growth_after_warmup_kb", "{}"),
+        ),
+    ),
+    Bench(
+        "mqtt_half_open.json", "MQTT gateway, half-open sockets",
+        f"{PY} benchmarks/mqtt_half_open.py",
+        "Rounds of 10,000 sockets that connect and send nothing: the gateway closes each "
+        "after its 10 s CONNECT timeout and still answers a CONNECT afterwards. Its RSS "
+        "stays at CPython's high-water mark, without growth from round to round.",
+        _pairs(
+            ("sockets per round", "sockets", "{}"),
+            ("gateway RSS before, KB", "baseline_kb", "{}"),
+            ("closed by the gateway, per round", "rounds", "{0[closed_by_gateway]}"),
+            ("RSS after each round, KB", "rounds", "{0[after_kb]}"),
+            ("a CONNECT afterwards (CONNACK bytes)", "connect_after", "{}"),
+        ),
     ),
     Bench(
         "pipeline.json", "Telemetry pipeline", f"{PY} benchmarks/pipeline.py",

@@ -21,7 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proton import Collector, Condition, Connection, Endpoint, Event, Transport, symbol
+from proton import (
+    Collector,
+    Condition,
+    Connection,
+    Delivery,
+    Endpoint,
+    Event,
+    Link,
+    Session,
+    Transport,
+    symbol,
+)
 
 log = logging.getLogger("enmesh.router.engine")
 
@@ -491,3 +502,30 @@ def connect_nonblocking(host: str, port: int) -> socket.socket:
         sock.close()
         raise OSError(error, errno.errorcode.get(error, str(error)))
     return sock
+
+
+# proton types an event's endpoints as optional; these are for events that always have one.
+
+
+def event_connection(event: Event) -> Connection:
+    connection = event.connection
+    assert connection is not None  # proton sets it for every connection-level event
+    return connection
+
+
+def event_session(event: Event) -> Session:
+    session = event.session
+    assert session is not None
+    return session
+
+
+def event_link(event: Event) -> Link:
+    link = event.link
+    assert link is not None
+    return link
+
+
+def event_delivery(event: Event) -> Delivery:
+    delivery = event.delivery
+    assert delivery is not None
+    return delivery

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from proton import Connection, Delivery, Endpoint, Event, Link, Session
+from proton import Endpoint, Event, Session
 
 from enmesh.router import endpoints, peerinput, security, session_window, streaming, tally
 from enmesh.router.admission import Admission, AdmissionSettings
@@ -41,6 +41,10 @@ from enmesh.router.connecting import (
 )
 from enmesh.router.drain import StoredDrain
 from enmesh.router.engine import Acceptor, Loop, ProtonSocket
+from enmesh.router.engine import event_connection as _connection
+from enmesh.router.engine import event_delivery as _delivery
+from enmesh.router.engine import event_link as _link
+from enmesh.router.engine import event_session as _session
 from enmesh.router.forwarding import AddressState, OutLink
 from enmesh.router.inlinks import InLink
 from enmesh.router.mesh import Mesh
@@ -319,27 +323,3 @@ class Router:
 
     def listener_named(self, name: str) -> Listener | None:
         return next((x for x in self.config.listeners if listener_name(x) == name), None)
-
-
-def _connection(event: Event) -> Connection:
-    connection = event.connection
-    assert connection is not None  # proton sets it for every connection-level event
-    return connection
-
-
-def _session(event: Event) -> Session:
-    session = event.session
-    assert session is not None
-    return session
-
-
-def _link(event: Event) -> Link:
-    link = event.link
-    assert link is not None
-    return link
-
-
-def _delivery(event: Event) -> Delivery:
-    delivery = event.delivery
-    assert delivery is not None
-    return delivery

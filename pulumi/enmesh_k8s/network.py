@@ -1,6 +1,7 @@
 """`Namespace` and `NetworkPolicies`: tenancy of the stack in the cluster.
 
-Ingress is denied by default; clients reach only the routers' AMQP ports, only routers
+Ingress is denied by default; clients reach only the routers' AMQP ports and the MQTT
+gateway's ports (the gateway reaches the routers as any AMQP client does), only routers
 reach the brokers, brokers reach each other for clustering, only Keycloak reaches its
 database, and metrics are open to namespaces labelled `enmesh.io/monitoring: "true"`.
 """
@@ -13,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from enmesh.k8s.layout import BROKER_PORTS, PORTS, KubeNames
+from enmesh_k8s.mqtt_gateway import MQTT_PORTS
 from enmesh_k8s.workload import labels
 
 net = k8s.networking.v1
@@ -45,7 +47,8 @@ class NetworkPolicies(pulumi.ComponentResource):
         super().__init__("enmesh:k8s:NetworkPolicies", name, None, opts)
         self._names = names
         self._opts = pulumi.ResourceOptions(parent=self)
-        pods = {c: _pods(names.stack, c) for c in ("router", "broker", "keycloak", "keycloak-db")}
+        components = ("router", "broker", "keycloak", "keycloak-db", "mqtt-gateway")
+        pods = {c: _pods(names.stack, c) for c in components}
         anyone = net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr="0.0.0.0/0"))
         monitoring = net.NetworkPolicyPeerArgs(
             namespace_selector=meta.LabelSelectorArgs(match_labels=MONITORING)
@@ -73,6 +76,9 @@ class NetworkPolicies(pulumi.ComponentResource):
             ],
         )
         self._policy("keycloak", pods["keycloak"], [_rule([anyone], [KEYCLOAK_HTTPS])])
+        self._policy(
+            "mqtt-gateway", pods["mqtt-gateway"], [_rule([anyone], list(MQTT_PORTS.values()))]
+        )
         self._policy(
             "keycloak-db", pods["keycloak-db"], [_rule([_peer(pods["keycloak"])], [POSTGRES])]
         )

@@ -22,6 +22,7 @@ from enmesh_k8s.cluster import Cluster
 from enmesh_k8s.credentials import Credentials
 from enmesh_k8s.keycloak import Keycloak
 from enmesh_k8s.monitoring import Monitoring
+from enmesh_k8s.mqtt_gateway import CERTIFICATE, MqttGateway, certificate_names
 from enmesh_k8s.network import NetworkPolicies, namespace
 from enmesh_k8s.router_mesh import RouterMesh
 from enmesh_k8s.tls import CertificateSpec, Tls
@@ -53,6 +54,7 @@ def _certificates(layout: KubeLayout, config: KubeStackConfig) -> dict[str, list
         "router": specs(deployment["routers"]),
         "broker": specs(deployment["brokers"]),
         "keycloak": [CertificateSpec("keycloak", sorted(set(keycloak)))],
+        "mqtt": [CertificateSpec(CERTIFICATE, certificate_names(layout, list(config.dnsNames)))],
     }
 
 
@@ -103,6 +105,13 @@ def build() -> dict[str, Any]:
         passwords={s: p for s, p in credentials.passwords.items() if s in user_secrets},
         opts=opts,
     )
+    mqtt = MqttGateway(
+        "mqtt",
+        layout=layout,
+        config=config,
+        tls_secret=tls.secret_names["mqtt"],
+        opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[ns, mesh]),
+    )
     if config.prometheusOperator:
         Monitoring("monitoring", layout=layout, config=config, opts=opts)
     outputs: dict[str, Any] = {
@@ -110,6 +119,7 @@ def build() -> dict[str, Any]:
         "endpoint": mesh.endpoint,
         "caCertificate": tls.ca_cert_pem,
         "routerConfigSecret": mesh.config_secret_name,
+        "mqttService": mqtt.service.metadata.apply(lambda m: str(m.name)),
         "brokerService": brokers.service_host,
         "brokerReplicas": brokers.replicas,
         "keycloakUrl": keycloak.url,

@@ -66,8 +66,9 @@ def test_every_container_is_limited_probed_and_unprivileged(stack: str) -> None:
     capture = capture_of(stack)
     workloads = [o for o in capture.objects if pod_spec(o) is not None]
     assert {o["kind"] for o in workloads} == {"StatefulSet", "Deployment"}
-    # router (+ its sasldb init container and sidecar), rabbitmq, keycloak, postgres
-    assert sum(1 for o in workloads for _ in containers(o)) == 6
+    # router (+ its sasldb init container and sidecar), rabbitmq, keycloak, postgres,
+    # mqtt gateway
+    assert sum(1 for o in workloads for _ in containers(o)) == 7
     assert hardening_problems(capture.objects) == []
     for obj in workloads:
         spec = pod_spec(obj)
@@ -314,6 +315,7 @@ def test_only_the_brokers_service_account_gets_an_api_token(stack: str) -> None:
         f"{stack}-router": False,
         f"{stack}-keycloak": False,
         f"{stack}-keycloak-db": False,
+        f"{stack}-mqtt": False,
     }
 
 
@@ -340,7 +342,8 @@ def test_network_policies_let_only_routers_reach_brokers(stack: str) -> None:
         if any("ipBlock" in peer for peer in rule["from"])
     ]
     open_ports = sorted(p["port"] for rule in open_rules for p in rule["ports"])
-    assert open_ports == [5671, 5672, 8443]  # router AMQP and Keycloak, nothing else
+    # router AMQP, the MQTT gateway (TCP, TLS, WebSocket, WebSocket+TLS) and Keycloak
+    assert open_ports == [1883, 5671, 5672, 8083, 8084, 8443, 8883]
 
 
 def test_keycloak_realm_holds_the_model_users_and_their_groups() -> None:
@@ -413,3 +416,27 @@ def test_a_model_that_does_not_validate_stops_the_program(tmp_path: Path) -> Non
 def test_every_stack_file_is_a_known_stack() -> None:
     files = sorted(p.name for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
     assert files == sorted(f"Pulumi.{s}.yaml" for s in STACKS)
+
+
+def test_mqtt_gateway_is_an_amqps_client_of_the_routers_behind_its_own_service(
+    stack: str,
+) -> None:
+    capture = capture_of(stack)
+    deployment = _one(capture, "Deployment", f"{stack}-mqtt")
+    spec = pod_spec(deployment)
+    assert spec is not None
+    command = spec["containers"][0]["command"]
+    assert command[0] == "enmesh-mqtt-gateway"
+    assert f"--router=amqps://{stack}-messaging." in " ".join(command)
+    assert _volumes(deployment)["tls"]["secret"]["secretName"] == f"{stack}-mqtt-tls"
+    service = _one(capture, "Service", f"{stack}-mqtt")
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        "mqtt": 1883,
+        "mqtts": 8883,
+        "ws": 8083,
+        "wss": 8084,
+    }
+    _one(capture, "PodDisruptionBudget", f"{stack}-mqtt")
+    policy = _one(capture, "NetworkPolicy", f"{stack}-mqtt-gateway")
+    allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert allowed == {1883, 8883, 8083, 8084}

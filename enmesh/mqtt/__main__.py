@@ -1,0 +1,5 @@
+import sys
+
+from enmesh.mqtt.main import main
+
+sys.exit(main())

@@ -1,0 +1,387 @@
+"""One MQTT client's AMQP 1.0 connection to the router mesh, opened with its identity.
+
+The gateway is an ordinary AMQP client of the mesh: SASL with the device's user and
+password, `open.hostname` = its address space, so the router's policy (not the gateway)
+decides what the device may do. The proton engine is driven by the router's own epoll
+loop machinery (`enmesh.router.engine`), one `ProtonSocket` per device.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from proton import (
+    SASL,
+    Condition,
+    Connection,
+    Delivery,
+    Endpoint,
+    Event,
+    Link,
+    Message,
+    Receiver,
+    Sender,
+    SSLDomain,
+    symbol,
+)
+
+from enmesh.mqtt import packets
+from enmesh.router import security
+from enmesh.router.engine import Loop, ProtonSocket, Timer, connect_nonblocking
+from enmesh.router.engine import event_connection as _connection
+from enmesh.router.engine import event_delivery as _delivery
+from enmesh.router.engine import event_link as _link
+
+log = logging.getLogger("enmesh.mqtt.mesh")
+
+UNAUTHORIZED = "amqp:unauthorized-access"
+# How the router refuses a connection -> the CONNACK reason code.
+REFUSALS = {
+    UNAUTHORIZED: packets.NOT_AUTHORIZED,
+    "amqp:resource-limit-exceeded": packets.QUOTA_EXCEEDED,  # the space's connection limit
+}
+ESTABLISHMENT_FAILED = symbol("amqp:connection-establishment-failed")
+CREDIT_WINDOW = 64  # deliveries in flight per subscription: flow control, not a buffer
+QOS0_BACKLOG = 1000  # QoS 0 messages held per address while the mesh gives no credit
+LINGER_SECONDS = 5.0  # how long a closing device's unsent messages may wait for credit
+PAUSE_AT, RESUME_AT = 500, 100  # messages waiting for credit: stop / restart reading the device
+
+
+@dataclass(frozen=True)
+class RouterEndpoint:
+    """Where the gateway reaches the mesh: `amqp://host:port` or `amqps://...` + CA."""
+
+    url: str
+    ca: str | None = None
+    # Client side: Cyrus needs no configuration file, only its mechanism plugins.
+    sasl: security.SaslSettings = field(
+        default_factory=lambda: security.SaslSettings(None, "enmesh-mqtt")
+    )
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.url)
+        return parts.port or (5671 if parts.scheme == "amqps" else 5672)
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme == "amqps"
+
+
+class MeshOwner(Protocol):
+    """The MQTT side of one device, told what the mesh did."""
+
+    def on_mesh_open(self) -> None: ...
+    def on_mesh_refused(self, reason: int, text: str) -> None: ...
+    def on_mesh_lost(self, text: str) -> None: ...
+    def on_outcome(self, token: int, reason: int, text: str) -> None: ...
+    def on_subscribed(self, topic: str, reason: int, text: str) -> None: ...
+    def on_message(self, topic: str, delivery: Delivery, message: Message) -> None: ...
+    def on_credit(self) -> None: ...
+    def on_sender_attached(self, address: str) -> None: ...
+
+
+@dataclass
+class _Outgoing:
+    token: int  # the MQTT packet id for QoS 1, 0 for QoS 0
+    body: bytes
+    settled: bool
+
+
+class MeshClient:
+    """Senders per topic (attached on first publish), receivers per subscription."""
+
+    def __init__(
+        self, loop: Loop, endpoint: RouterEndpoint, owner: MeshOwner, *, name: str
+    ) -> None:
+        self.loop, self.endpoint, self.owner, self.name = loop, endpoint, owner, name
+        self.socket: ProtonSocket | None = None
+        self.senders: dict[str, Sender] = {}
+        self.pending: dict[str, deque[_Outgoing]] = {}
+        self.receivers: dict[str, Receiver] = {}
+        self.attached: set[str] = set()  # addresses whose sender the mesh accepted
+        self.inflight: dict[int, tuple[str, Delivery]] = {}  # QoS 1 token -> where, what
+        self.opened = False
+        self.ended = False
+        self._session: Any = None
+        self._dispatching = False
+        self._linger: Timer | None = None
+
+    def open(self, user: str, password: str, space: str) -> None:
+        """Connect as `user` to `space`; the owner hears `on_mesh_open` or a refusal."""
+        try:
+            sock = connect_nonblocking(self.endpoint.host, self.endpoint.port)
+        except OSError as exc:
+            text = f"cannot reach the mesh: {exc.strerror}"
+            self._end(lambda: self.owner.on_mesh_refused(packets.SERVER_UNAVAILABLE, text))
+            return
+        domain = None
+        if self.endpoint.tls:
+            domain = SSLDomain(SSLDomain.MODE_CLIENT)
+            if self.endpoint.ca:
+                domain.set_trusted_ca_db(self.endpoint.ca)
+            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+        mechanisms = ("SCRAM-SHA-256", "PLAIN") if self.endpoint.tls else ("SCRAM-SHA-256",)
+        transport = security.client_transport(space, mechanisms, self.endpoint.sasl, domain)
+        connection = Connection()
+        security.set_credentials(connection, user, password)
+        connection.hostname = space  # the address space: the router's vhost
+        connection.container = self.name
+        self.socket = ProtonSocket(
+            self.loop,
+            sock,
+            transport,
+            self,
+            peer=f"{self.endpoint.host}:{self.endpoint.port}",
+            connecting=True,
+            connection=connection,
+        )
+        connection.open()
+        self._session = connection.session()
+        self._session.open()
+        self.socket.process()
+
+    def close(self) -> None:
+        """A clean close: the mesh sees every link detached, then the connection end.
+        Messages still waiting for credit go first (for at most LINGER_SECONDS): a device
+        that published and left at once must not lose what it sent."""
+        if self.socket is None or self.socket.closed or self.ended:
+            return
+        self.ended = True
+        if self.backlog() and self._linger is None:
+            self._linger = self.loop.call_later(LINGER_SECONDS, self._close_now)
+            return
+        self._close_now()
+
+    def _close_now(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+        if self.socket is not None and not self.socket.closed:
+            self.socket.connection.close()
+            self._process()
+
+    # --- publishing ----------------------------------------------------------------------
+
+    def publish(self, address: str, message: Message, qos: int, token: int) -> None:
+        sender = self.senders.get(address)
+        if sender is None:
+            sender = self._session.sender(f"{self.name}/pub/{address}")
+            sender.target.address = address
+            sender.snd_settle_mode = Link.SND_MIXED
+            sender.open()
+            self.senders[address] = sender
+        queue = self.pending.setdefault(address, deque())
+        if qos == 0 and len(queue) >= QOS0_BACKLOG:
+            queue.popleft()  # QoS 0 may be lost: keep the newest while nothing takes them
+        queue.append(_Outgoing(token, message.encode(), qos == 0))
+        self._pump(sender)
+        self._process()
+
+    def _pump(self, sender: Sender) -> None:
+        queue = self.pending.get(sender.target.address or "")
+        while queue and sender.credit > 0:
+            item = queue.popleft()
+            delivery = sender.delivery(str(item.token or id(item)))
+            sender.send(item.body)
+            sender.advance()
+            if item.settled:
+                delivery.settle()
+            else:
+                delivery.mqtt_token = item.token
+                self.inflight[item.token] = (sender.target.address or "", delivery)
+
+    # --- subscribing ---------------------------------------------------------------------
+
+    def subscribe(self, address: str) -> None:
+        if address in self.receivers:
+            self.owner.on_subscribed(address, packets.SUCCESS, "")
+            return
+        receiver = self._session.receiver(f"{self.name}/sub/{address}")
+        receiver.source.address = address
+        receiver.open()
+        receiver.flow(CREDIT_WINDOW)
+        self.receivers[address] = receiver
+        self._process()
+
+    def unsubscribe(self, address: str) -> bool:
+        receiver = self.receivers.pop(address, None)
+        if receiver is None:
+            return False
+        receiver.close()
+        self._process()
+        return True
+
+    def settle(self, delivery: Delivery) -> None:
+        """The device has the message (QoS 0: written; QoS 1: PUBACK): accept, top up."""
+        delivery.update(Delivery.ACCEPTED)
+        delivery.settle()
+        receiver = delivery.link
+        if not receiver.state & Endpoint.LOCAL_CLOSED:
+            receiver.flow(max(CREDIT_WINDOW - receiver.credit - receiver.unsettled, 0))
+        self._process()
+
+    # --- proton events (EngineHandler) ---------------------------------------------------
+
+    def on_event(self, source: ProtonSocket, event: Event) -> None:
+        handler = getattr(self, f"_{event.type.method}", None)
+        if handler is not None:
+            self._dispatching = True
+            try:
+                handler(event)
+            finally:
+                self._dispatching = False
+
+    def _on_connection_remote_open(self, event: Event) -> None:
+        props = _connection(event).remote_properties or {}
+        if props.get(ESTABLISHMENT_FAILED):
+            return  # the close with its condition follows
+        self.opened = True
+        self.owner.on_mesh_open()
+
+    def _on_connection_remote_close(self, event: Event) -> None:
+        condition = _connection(event).remote_condition
+        text = _describe(condition, "the router closed the connection")
+        if not self.opened:
+            name = condition.name if condition is not None else ""
+            reason = REFUSALS.get(name, packets.SERVER_UNAVAILABLE)
+            self._end(lambda: self.owner.on_mesh_refused(reason, text))
+        else:
+            self._end(lambda: self.owner.on_mesh_lost(text))
+        if _connection(event).state & Endpoint.LOCAL_ACTIVE:
+            _connection(event).close()
+
+    def _on_transport_error(self, event: Event) -> None:
+        self._transport_ended()
+
+    def _transport_ended(self) -> None:
+        """The socket or transport ended: before the open, say why the mesh refused."""
+        assert self.socket is not None
+        transport = self.socket.transport
+        text = _describe(transport.condition, "connection to the mesh failed")
+        if self.opened:
+            self._end(lambda: self.owner.on_mesh_lost(text))
+        elif transport.sasl().outcome == SASL.AUTH:
+            text = "authentication failed: wrong user name or password"
+            self._end(lambda: self.owner.on_mesh_refused(packets.BAD_CREDENTIALS, text))
+        else:
+            self._end(lambda: self.owner.on_mesh_refused(packets.SERVER_UNAVAILABLE, text))
+
+    def _on_link_remote_open(self, event: Event) -> None:
+        link = _link(event)
+        if link.is_receiver and link.remote_source.address:
+            self.owner.on_subscribed(link.source.address or "", packets.SUCCESS, "")
+        elif link.is_sender and link.remote_target.address:
+            self.attached.add(link.target.address or "")
+            self.owner.on_sender_attached(link.target.address or "")
+        # refused: a null terminus, then the detach with its condition
+
+    def _on_link_remote_close(self, event: Event) -> None:
+        link = _link(event)
+        condition = link.remote_condition
+        reason = (
+            packets.NOT_AUTHORIZED
+            if condition is not None and condition.name == UNAUTHORIZED
+            else packets.UNSPECIFIED
+        )
+        text = _describe(condition, "the mesh detached the link")
+        if link.is_receiver:
+            address = link.source.address or ""
+            if _same(self.receivers.get(address), link):
+                del self.receivers[address]
+                self.owner.on_subscribed(address, reason, text)
+        else:
+            address = link.target.address or ""
+            if _same(self.senders.get(address), link):
+                del self.senders[address]
+                self.attached.discard(address)
+            for item in self.pending.pop(address, deque()):
+                if item.token:
+                    self.owner.on_outcome(item.token, reason, text)
+            for token, (where, delivery) in list(self.inflight.items()):
+                if where == address:
+                    del self.inflight[token]
+                    delivery.settle()
+                    self.owner.on_outcome(token, reason, text)
+        if link.state & Endpoint.LOCAL_ACTIVE:
+            link.close()
+
+    def _on_link_flow(self, event: Event) -> None:
+        link = _link(event)
+        if isinstance(link, Sender):
+            self._pump(link)
+            if self._linger is not None and not self.backlog():
+                self._close_now()
+            self.owner.on_credit()
+
+    def backlog(self) -> int:
+        """Messages from the device still waiting for the mesh's credit."""
+        return sum(len(queue) for queue in self.pending.values())
+
+    def _on_delivery(self, event: Event) -> None:
+        delivery = _delivery(event)
+        link = delivery.link
+        if link.is_receiver:
+            if delivery.partial or not delivery.readable:
+                return  # more to come, or an update of one already read
+            body = link.recv(delivery.pending)
+            link.advance()
+            message = Message()
+            message.decode(body or b"")
+            self.owner.on_message(link.source.address or "", delivery, message)
+            return
+        if not delivery.updated and not delivery.remote_state:
+            return
+        token = getattr(delivery, "mqtt_token", 0)
+        state = delivery.remote_state
+        terminal = (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
+        if token and state in terminal and self.inflight.pop(token, None) is not None:
+            self.owner.on_outcome(token, *_outcome(delivery))
+        if delivery.settled or state:
+            delivery.settle()
+
+    def on_closed(self, source: ProtonSocket) -> None:
+        self._transport_ended()
+
+    def _end(self, tell: Callable[[], None]) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        tell()
+
+    def _process(self) -> None:
+        # From inside an event the socket's own process() is running: it writes when the
+        # handler returns (calling it again would dispatch the same event twice).
+        if self.socket is not None and not self._dispatching:
+            self.socket.process()
+
+
+def _outcome(delivery: Delivery) -> tuple[int, str]:
+    state = delivery.remote_state
+    if state == Delivery.ACCEPTED:
+        return packets.SUCCESS, ""
+    condition = delivery.remote.condition if state == Delivery.REJECTED else None
+    if condition is not None and condition.name == UNAUTHORIZED:
+        return packets.NOT_AUTHORIZED, _describe(condition, "")
+    if state == Delivery.REJECTED:
+        return packets.UNSPECIFIED, _describe(condition, "rejected by the mesh")
+    return packets.UNSPECIFIED, "released: no consumer took the message"
+
+
+def _describe(condition: Condition | None, default: str) -> str:
+    if condition is None:
+        return default
+    return f"{condition.name}: {condition.description}" if condition.description else condition.name
+
+
+def _same(known: Link | None, link: Link) -> bool:
+    """proton hands out a new wrapper per event: compare links by their unique name."""
+    return known is not None and known.name == link.name

@@ -1,0 +1,430 @@
+"""One MQTT client: its packets in, the mesh's answers out, as MQTT 3.1.1 or 5.0.
+
+Independent of the byte transport (TCP, TLS, WebSocket): the transport calls `feed` with
+what arrived and `transport_lost` when it ended; the session writes through `Transport`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from proton import Delivery, Message
+
+from enmesh.mqtt import packets
+from enmesh.mqtt.codec import Decoder, MalformedPacket, UnsupportedVersion
+from enmesh.mqtt.convert import from_amqp, to_amqp
+from enmesh.mqtt.mesh import LINGER_SECONDS, PAUSE_AT, RESUME_AT, MeshClient
+from enmesh.mqtt.packets import (
+    Connect,
+    Disconnect,
+    Packet,
+    PingReq,
+    PubAck,
+    Publish,
+    Subscribe,
+    Unsubscribe,
+)
+from enmesh.router.engine import Timer
+
+if TYPE_CHECKING:
+    from enmesh.mqtt.gateway import Gateway
+
+log = logging.getLogger("enmesh.mqtt.session")
+
+RECEIVE_MAXIMUM = 100  # QoS 1 publishes a 5.0 client may have unacknowledged
+WRITE_BACKLOG = 256 * 1024  # bytes queued to a device before its subscriptions stop taking
+_ids = itertools.count(1)
+
+
+class Transport(Protocol):
+    def write(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+    def backlog(self) -> int: ...
+    def pause(self, paused: bool) -> None: ...
+
+
+@dataclass
+class _SubAck:
+    packet_id: int
+    topics: list[str]
+    codes: list[int]
+    waiting: set[int] = field(default_factory=set)  # indexes still without an answer
+
+
+class Session:
+    def __init__(self, gateway: Gateway, transport: Transport, peer: str) -> None:
+        self.gateway, self.transport, self.peer = gateway, transport, peer
+        self.decoder = Decoder(gateway.settings.max_packet_size)
+        self.connect: Connect | None = None
+        self.mesh: MeshClient | None = None
+        self.ready = False  # CONNACK sent with success
+        self.closed = False
+        self.clean_end = False  # DISCONNECT received: no will
+        self.keep_will = False  # the mesh went away: the will stays stored
+        self.eof = False  # the device hung up while packets of its were still held
+        self.paused = False  # not reading the device: the mesh has not taken its publishes
+        self.held: deque[Packet] = deque()  # decoded, not yet handled (see _run_held)
+        self.subscriptions: dict[str, int] = {}  # address -> granted QoS
+        self.subacks: list[_SubAck] = []
+        self.to_device: dict[int, Delivery | None] = {}  # packet id -> mesh delivery (QoS 1)
+        self.retain_pending: dict[str, Publish] = {}  # retained, until the mesh allows the topic
+        self.deferred: list[Delivery] = []  # QoS 0 written, settled once the backlog drains
+        self.next_packet_id = 1
+        self.keep_alive: Timer | None = None
+        self.identity = ""
+        self.space = ""
+        self.assigned_id = False
+        self.gateway.sessions_open += 1
+        self.connect_timer: Timer | None = gateway.loop.call_later(
+            gateway.settings.connect_timeout, lambda: self._close("no CONNECT in time")
+        )
+
+    @property
+    def version(self) -> int:
+        return self.decoder.version or 4
+
+    # --- input -------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._touch()
+        try:
+            self.held.extend(self.decoder.feed(data))
+        except UnsupportedVersion as exc:
+            self._refuse_connect(exc.reason, str(exc))
+        except MalformedPacket as exc:
+            self.held.extend(exc.decoded)  # what came before the bad packet still counts
+            self._run_held()
+            self._protocol_failure(exc.reason, str(exc))
+        else:
+            self._run_held()
+
+    def _run_held(self) -> None:
+        """Handle what arrived, in order, unless waiting for the mesh (its answer to the
+        CONNECT, or its credit while the device is paused)."""
+        while self.held and not self.closed and not self.paused:
+            if self.connect is not None and not self.ready:
+                return
+            self._handle(self.held.popleft())
+        if self.eof and not self.held:
+            self._close("connection lost")
+
+    def _handle(self, packet: Packet) -> None:
+        if isinstance(packet, Connect):
+            self._on_connect(packet)
+        elif isinstance(packet, Publish):
+            self._on_publish(packet)
+        elif isinstance(packet, PubAck):
+            self._on_ack(packet)
+        elif isinstance(packet, Subscribe):
+            self._on_subscribe(packet)
+        elif isinstance(packet, Unsubscribe):
+            self._on_unsubscribe(packet)
+        elif isinstance(packet, PingReq):
+            self.transport.write(packets.PINGRESP_BYTES)
+        elif isinstance(packet, Disconnect):
+            # 5.0 reason 0x04: "disconnect with will message" keeps the will.
+            self.clean_end = packet.reason != 0x04
+            self._close("client disconnected")
+
+    def _touch(self) -> None:
+        if self.keep_alive is not None:
+            self.keep_alive.cancel()
+        seconds = self.connect.keep_alive if self.connect else 0
+        if seconds:  # MQTT-3.1.2-24: one and a half times the keep alive
+            self.keep_alive = self.gateway.loop.call_later(seconds * 1.5, self._expired)
+
+    def _expired(self) -> None:
+        if self.paused:  # its PINGREQs wait unread behind its publishes
+            self._touch()
+            return
+        self._protocol_failure(packets.KEEP_ALIVE_TIMEOUT, "keep alive expired")
+
+    # --- CONNECT -------------------------------------------------------------------------
+
+    def _on_connect(self, connect: Connect) -> None:
+        if self.connect_timer is not None:
+            self.connect_timer.cancel()
+        self.connect = connect
+        self._touch()
+        if connect.version == 5 and "auth_method" in connect.props:
+            self._refuse_connect(0x8C, "enhanced authentication is not offered")
+            return
+        user = connect.username or ""
+        if "@" not in user or connect.password is None:
+            self._refuse_connect(
+                packets.BAD_CREDENTIALS, "user name must be <user>@<space>, with a password"
+            )
+            return
+        if not connect.client_id:
+            if connect.version == 4 and not connect.clean:
+                self._refuse_connect(packets.CLIENT_ID_INVALID, "empty client id needs clean")
+                return
+            connect.client_id = f"enmesh-{next(_ids)}"
+            self.assigned_id = True
+        self.identity = user
+        space = self.space = user.rsplit("@", 1)[1]
+        try:
+            password = connect.password.decode("utf-8")
+        except UnicodeDecodeError:
+            self._refuse_connect(packets.BAD_CREDENTIALS, "password is not UTF-8")
+            return
+        self.mesh = MeshClient(
+            self.gateway.loop,
+            self.gateway.settings.router,
+            self,
+            name=f"mqtt/{space}/{connect.client_id}",
+        )
+        self.mesh.open(user, password, space)
+
+    def on_mesh_open(self) -> None:
+        assert self.connect is not None
+        if self.closed:
+            return
+        self.gateway.take_over(self)
+        props: dict[str, Any] = {}
+        if self.connect.version == 5:
+            props = {
+                "receive_maximum": RECEIVE_MAXIMUM,
+                "maximum_qos": 1,
+                "wildcard_available": 0,
+                "subscription_id_available": 0,
+                "shared_available": 0,
+                "maximum_packet_size": self.gateway.settings.max_packet_size,
+            }
+            if self.assigned_id:
+                props["assigned_client_id"] = self.connect.client_id
+        if self.connect.will is not None:
+            self.gateway.wills.remember(self)  # on disk before the device hears success
+        self.transport.write(packets.connack(self.version, False, packets.SUCCESS, props))
+        self.ready = True
+        self._run_held()
+
+    def on_mesh_refused(self, reason: int, text: str) -> None:
+        self._refuse_connect(reason, text)
+
+    def on_mesh_lost(self, text: str) -> None:
+        if not self.ready:
+            self._refuse_connect(packets.SERVER_UNAVAILABLE, text)
+            return
+        if self.version == 5:
+            self.transport.write(packets.disconnect(packets.SERVER_UNAVAILABLE, text))
+        # The will cannot go out without the mesh: it stays stored, for the will account
+        # at the gateway's next start, unless the device reconnects first (a new CONNECT
+        # replaces it).
+        self.clean_end = self.keep_will = True
+        self._close(f"mesh connection lost: {text}")
+
+    def _refuse_connect(self, reason: int, text: str) -> None:
+        log.info("CONNECT from %s (%s) refused: %s", self.peer, self.identity or "-", text)
+        self.gateway.refusals += 1
+        # An unknown protocol level gets the 3.1.1 answer (return code 1), as does a
+        # CONNECT that never decoded.
+        version = 4 if reason == 0x84 else self.decoder.version or 4
+        props = {"reason_string": text} if version == 5 else {}
+        self.transport.write(packets.connack(version, False, reason, props))
+        self.clean_end = True
+        self._close(text)
+
+    def _protocol_failure(self, reason: int, text: str) -> None:
+        log.info("connection %s (%s): %s; closing it", self.peer, self.identity or "-", text)
+        self.gateway.protocol_errors += 1
+        if self.decoder.version == 5:
+            self.transport.write(packets.disconnect(reason, text))
+        if not self.ready:
+            self.clean_end = True
+        self._close(text)
+
+    # --- PUBLISH from the device -----------------------------------------------------------
+
+    def _on_publish(self, publish: Publish) -> None:
+        assert self.mesh is not None
+        if publish.qos == 2:
+            self._protocol_failure(packets.QOS_NOT_SUPPORTED, "QoS 2 is not supported")
+            return
+        if "topic_alias" in publish.props:
+            self._protocol_failure(0x94, "topic aliases are not offered (maximum 0)")
+            return
+        if publish.qos == 1 and len(self.mesh.inflight) >= RECEIVE_MAXIMUM and self.version == 5:
+            self._protocol_failure(0x93, "receive maximum exceeded")
+            return
+        if publish.qos == 1 and publish.packet_id in self.mesh.inflight:
+            return  # a DUP of one in flight: its PUBACK comes when the mesh settles it
+        self.mesh.publish(publish.topic, to_amqp(publish), publish.qos, publish.packet_id)
+        if publish.retain:
+            if publish.topic in self.mesh.attached:
+                self.gateway.retained.put(self.space, publish)
+            else:
+                self.retain_pending[publish.topic] = publish
+        if self.mesh.backlog() >= PAUSE_AT and not self.paused:
+            # The mesh takes less than the device sends: TCP backpressure, not a buffer.
+            self.paused = True
+            self.transport.pause(True)
+
+    def on_sender_attached(self, address: str) -> None:
+        """The mesh let the device send to `address`: its retained message may be kept."""
+        publish = self.retain_pending.pop(address, None)
+        if publish is not None:
+            self.gateway.retained.put(self.space, publish)
+
+    def on_credit(self) -> None:
+        if self.paused and self.mesh is not None and self.mesh.backlog() <= RESUME_AT:
+            self.paused = False
+            self.transport.pause(False)
+            self._touch()  # keep-alive was not read while paused
+            self._run_held()
+
+    def on_outcome(self, token: int, reason: int, text: str) -> None:
+        if self.closed:
+            return
+        if reason >= 0x80 and self.version == 4:
+            # 3.1.1 has no negative PUBACK: MQTT-3.3.5-2 says close the connection.
+            self._protocol_failure(reason, f"publish refused: {text}")
+            return
+        self.transport.write(packets.ack(self.version, packets.PUBACK, token, reason, text))
+
+    # --- SUBSCRIBE ---------------------------------------------------------------------------
+
+    def _on_subscribe(self, subscribe: Subscribe) -> None:
+        assert self.mesh is not None
+        pending = _SubAck(subscribe.packet_id, [t for t, _ in subscribe.topics], [])
+        for index, (topic, options) in enumerate(subscribe.topics):
+            qos = min(options & 3, 1)
+            if topic.startswith("$share/"):
+                pending.codes.append(packets.SHARED_NOT_SUPPORTED)
+            elif "+" in topic or "#" in topic:
+                pending.codes.append(packets.WILDCARDS_NOT_SUPPORTED)
+            else:
+                pending.codes.append(qos)
+                pending.waiting.add(index)
+        self.subacks.append(pending)
+        for index in sorted(pending.waiting):
+            self.mesh.subscribe(pending.topics[index])
+        self._flush_subacks()
+
+    def on_subscribed(self, topic: str, reason: int, text: str) -> None:
+        answered = False
+        for pending in self.subacks:
+            for index in list(pending.waiting):
+                if pending.topics[index] == topic:
+                    pending.waiting.discard(index)
+                    answered = True
+                    if reason == packets.SUCCESS:
+                        self.subscriptions[topic] = pending.codes[index]
+                    else:
+                        pending.codes[index] = reason
+                        log.info("subscription %r of %s refused: %s", topic, self.identity, text)
+        if not answered and reason != packets.SUCCESS:
+            self.subscriptions.pop(topic, None)
+            log.info("subscription %r of %s ended by the mesh: %s", topic, self.identity, text)
+        self._flush_subacks()
+
+    def _flush_subacks(self) -> None:
+        while self.subacks and not self.subacks[0].waiting and not self.closed:
+            done = self.subacks.pop(0)
+            self.transport.write(packets.suback(self.version, done.packet_id, done.codes))
+            for topic, code in zip(done.topics, done.codes, strict=True):
+                if code < 0x80:
+                    self._send_retained(topic, code)
+
+    def _send_retained(self, topic: str, granted: int) -> None:
+        retained = self.gateway.retained.get(self.space, topic)
+        if retained is None:
+            return
+        retained.qos = min(retained.qos, granted)
+        if retained.qos:
+            retained.packet_id = self._packet_id()
+            self.to_device[retained.packet_id] = None  # from the store: nothing to settle
+        if self.version != 5:
+            retained.props = {}
+        self.transport.write(packets.publish(self.version, retained))
+
+    def _on_unsubscribe(self, unsubscribe: Unsubscribe) -> None:
+        assert self.mesh is not None
+        codes = []
+        for topic in unsubscribe.topics:
+            known = self.subscriptions.pop(topic, None) is not None
+            self.mesh.unsubscribe(topic)
+            codes.append(packets.SUCCESS if known else 0x11)  # 0x11: no subscription existed
+        self.transport.write(packets.unsuback(self.version, unsubscribe.packet_id, codes))
+
+    # --- messages to the device ------------------------------------------------------------
+
+    def on_message(self, topic: str, delivery: Delivery, message: Message) -> None:
+        assert self.mesh is not None
+        qos = self.subscriptions.get(topic, 0)
+        packet_id = self._packet_id() if qos else 0
+        outgoing = from_amqp(topic, message, qos, packet_id, self.version)
+        self.transport.write(packets.publish(self.version, outgoing))
+        if qos:
+            self.to_device[packet_id] = delivery
+        elif self.transport.backlog() < WRITE_BACKLOG:
+            self.mesh.settle(delivery)
+        else:
+            self.deferred.append(delivery)  # credit comes back when the device reads
+
+    def drained(self) -> None:
+        """The transport's backlog is small again: settle what waited on it."""
+        deferred, self.deferred = self.deferred, []
+        if self.mesh is not None and not self.mesh.ended:
+            for delivery in deferred:
+                self.mesh.settle(delivery)
+
+    def _packet_id(self) -> int:
+        for _ in range(65535):
+            candidate = self.next_packet_id
+            self.next_packet_id = candidate % 65535 + 1
+            if candidate not in self.to_device:
+                return candidate
+        raise MalformedPacket(packets.QUOTA_EXCEEDED, "no free packet identifier")
+
+    def _on_ack(self, ack: PubAck) -> None:
+        if ack.kind != packets.PUBACK:
+            self._protocol_failure(packets.QOS_NOT_SUPPORTED, "QoS 2 flow from a client")
+            return
+        delivery = self.to_device.pop(ack.packet_id, None)
+        if delivery is not None and self.mesh is not None and not self.mesh.ended:
+            self.mesh.settle(delivery)
+
+    # --- ending ------------------------------------------------------------------------------
+
+    def taken_over(self) -> None:
+        """Another connection with this client id arrived (MQTT-3.1.4-3); no will."""
+        if self.version == 5:
+            self.transport.write(packets.disconnect(0x8E, "session taken over"))
+        self.clean_end = True
+        self._close("session taken over")
+
+    def transport_lost(self) -> None:
+        if self.held and self.ready and not self.closed:
+            # The device sent more than the mesh has taken yet, then hung up: handle what
+            # it sent first (for at most LINGER_SECONDS), then end as a lost connection.
+            self.eof = True
+            self.gateway.loop.call_later(LINGER_SECONDS, lambda: self._close("connection lost"))
+            return
+        self._close("connection lost")
+
+    def _close(self, why: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.gateway.sessions_open -= 1
+        for timer in (self.keep_alive, self.connect_timer):
+            if timer is not None:
+                timer.cancel()
+        log.debug("session %s (%s) ends: %s", self.peer, self.identity or "-", why)
+        will = self.connect.will if self.connect is not None and self.ready else None
+        if will is not None and not self.clean_end and self.mesh is not None:
+            self.gateway.wills.publish_on_loss(self)
+        else:
+            if will is not None and not self.keep_will:
+                self.gateway.wills.forget(self)
+            if self.mesh is not None:
+                self.mesh.close()
+        self.gateway.forget(self)
+        self.transport.close()

@@ -1,0 +1,113 @@
+"""`MqttGateway`: enmesh-mqtt-gateway as a Deployment behind a Service (1883, 8883, WebSocket).
+
+The gateway is an AMQP client of the routers' client Service (amqps, the stack's CA), so
+it works in front of any router engine the stack runs. Its listeners use a certificate
+from the stack's CA. Wills live in an emptyDir: they survive a restart of the container,
+not the loss of the pod (docs/mqtt.md, "Limits").
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from enmesh.k8s.config import KubeStackConfig
+from enmesh.k8s.layout import PORTS, KubeLayout
+from enmesh_k8s import workload as w
+from enmesh_k8s.tls import CA_FILE
+
+core = k8s.core.v1
+GATEWAY_USER = 10000  # the enmesh image's uid, as for the routers
+MQTT_PORTS = {"mqtt": 1883, "mqtts": 8883, "ws": 8083, "wss": 8084}
+CERTIFICATE = "mqtt-gateway"
+TLS_DIR = "/etc/enmesh-mqtt-tls"
+STATE_DIR = "/var/lib/enmesh-mqtt"
+
+
+def gateway_name(stack: str) -> str:
+    return f"{stack}-mqtt"
+
+
+class MqttGateway(pulumi.ComponentResource):
+    service: core.Service
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        layout: KubeLayout,
+        config: KubeStackConfig,
+        tls_secret: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("enmesh:k8s:MqttGateway", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        names = layout.names
+        selector = w.labels(names.stack, "mqtt-gateway")
+        object_meta = w.metadata(gateway_name(names.stack), names.namespace, selector)
+        account = w.service_account(
+            gateway_name(names.stack), names.namespace, selector, False, child
+        )
+        router = f"amqps://{names.service_host(names.messaging)}:{PORTS['amqps']}"
+        listen = [f"--listen={kind}:0.0.0.0:{port}" for kind, port in MQTT_PORTS.items()]
+        container = core.ContainerArgs(
+            name="gateway",
+            image=config.toolsImage,
+            command=[
+                "enmesh-mqtt-gateway",
+                f"--router={router}",
+                f"--router-ca={TLS_DIR}/{CA_FILE}",
+                *listen,
+                f"--tls-cert={TLS_DIR}/{CERTIFICATE}.crt",
+                f"--tls-key={TLS_DIR}/{CERTIFICATE}.key",
+                f"--state-dir={STATE_DIR}",
+            ],
+            ports=[core.ContainerPortArgs(name=k, container_port=p) for k, p in MQTT_PORTS.items()],
+            volume_mounts=[
+                w.mount("tls", TLS_DIR),
+                w.mount("state", STATE_DIR, read_only=False),
+            ],
+            resources=w.resources("250m", "256Mi"),
+            security_context=w.container_security(),
+            readiness_probe=w.tcp_probe("mqtt", period=5),
+            liveness_probe=w.tcp_probe("mqtt"),
+        )
+        k8s.apps.v1.Deployment(
+            name,
+            metadata=object_meta,
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                replicas=2,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                template=core.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=selector),
+                    spec=core.PodSpecArgs(
+                        service_account_name=account.metadata.apply(lambda m: str(m.name)),
+                        automount_service_account_token=False,
+                        security_context=w.pod_security(GATEWAY_USER),
+                        affinity=w.spread(selector),
+                        containers=[container],
+                        volumes=[w.tls_volume("tls", tls_secret), w.empty_dir("state")],
+                        termination_grace_period_seconds=15,
+                    ),
+                ),
+            ),
+            opts=child,
+        )
+        w.disruption_budget(name, object_meta, child)
+        self.service = core.Service(
+            f"{name}-service",
+            metadata=object_meta,
+            spec=core.ServiceSpecArgs(
+                type=config.provider.client_service_type,
+                selector=selector,
+                ports=[w.service_port(k, p) for k, p in MQTT_PORTS.items()],
+            ),
+            opts=child,
+        )
+        self.register_outputs({})
+
+
+def certificate_names(layout: KubeLayout, dns_names: list[str]) -> list[str]:
+    """What the gateway's certificate names: its Service, in and outside the cluster."""
+    service = gateway_name(layout.names.stack)
+    return sorted({service, layout.names.service_host(service), *dns_names})

@@ -1,0 +1,65 @@
+"""Store-and-forward address types through the gateway: a queue and a topic with its
+durable subscription (`topic::subscription`), held by the real RabbitMQ behind the mesh."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("version", [mqtt.MQTTv311, mqtt.MQTTv5])
+def test_queue_holds_a_qos1_publish_until_an_mqtt_subscriber_comes(
+    device_factory: Any, version: int
+) -> None:
+    device = device_factory("device@iot", version=version)
+    assert device.connect() == 0
+    payload = f"event for v{version}".encode()
+    # PUBACK with nobody consuming: the broker has taken ownership of the message
+    assert device.publish("events", payload, qos=1) == 0
+    backend = device_factory("backend@iot", version=version, client_id=f"events-{version}")
+    assert backend.connect() == 0
+    assert [rc.value for rc in backend.subscribe("events", qos=1)] == [1]
+    message = backend.receive()
+    assert (message.topic, message.payload, message.qos) == ("events", payload, 1)
+
+
+def test_topic_reaches_a_live_subscriber_and_a_durable_subscription(
+    device_factory: Any,
+) -> None:
+    live = device_factory("backend@iot", client_id="alerts-live")
+    durable = device_factory("backend@iot", client_id="alerts-audit")
+    for subscriber, topic in ((live, "alerts"), (durable, "alerts::audit")):
+        assert subscriber.connect() == 0
+        assert [rc.value for rc in subscriber.subscribe(topic, qos=1)] == [1]
+    publisher = device_factory("backend@iot", client_id="alerts-publisher")
+    assert publisher.connect() == 0
+    assert publisher.publish("alerts", b"device 7 at 91C", qos=1) == 0
+    assert live.receive().payload == b"device 7 at 91C"
+    message = durable.receive()
+    assert (message.topic, message.payload) == ("alerts::audit", b"device 7 at 91C")
+
+
+def test_retained_message_goes_to_a_later_subscriber(device_factory: Any) -> None:
+    publisher = device_factory("backend@iot", client_id="retain-publisher")
+    assert publisher.connect() == 0
+    publisher.client.publish("alerts", b"latest state", qos=1, retain=True)
+    assert publisher.acks.get(timeout=10)[1] == 0  # the broker took it: nobody listened
+    try:
+        for version in (mqtt.MQTTv5, mqtt.MQTTv311):
+            late = device_factory("backend@iot", client_id=f"late-{version}", version=version)
+            assert late.connect() == 0
+            assert [rc.value for rc in late.subscribe("alerts", qos=1)] == [1]
+            message = late.receive()
+            assert (message.payload, message.retain, message.qos) == (b"latest state", True, 1)
+    finally:
+        publisher.client.publish("alerts", b"", qos=1, retain=True)  # an empty one deletes it
+        assert publisher.acks.get(timeout=10)[1] == 0
+    cleared = device_factory("backend@iot", client_id="after-clear")
+    assert cleared.connect() == 0
+    assert [rc.value for rc in cleared.subscribe("alerts", qos=1)] == [1]
+    assert publisher.publish("alerts", b"live", qos=1) == 0
+    assert cleared.receive().payload == b"live"  # first: no retained message came before it
