@@ -20,7 +20,7 @@ import ssl
 from collections import deque
 from dataclasses import dataclass
 
-from proton import Array, Data, symbol, ubyte, uint, UNDESCRIBED
+from proton import UNDESCRIBED, Array, Data, symbol, ubyte, uint
 
 from enmesh.auth import frames
 from enmesh.auth.authz import address_authz

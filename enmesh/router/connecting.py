@@ -20,6 +20,7 @@ from enmesh.router.config_model import StripAnnotations
 from enmesh.router.engine import ProtonSocket, connect_nonblocking
 from enmesh.router.policy import Vhost, VhostGroup
 from enmesh.router.relay import CAPABILITY as RELAY_CAPABILITY
+from enmesh.router.saslrelay import Authenticated, SaslRelay
 from enmesh.router.saslscreen import SaslInputScreen
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class ConnectionInfo:
     identity: int = 0
     opened_at: float | None = None  # time.monotonic() of the peer's open (management)
     strip: StripAnnotations = StripAnnotations.BOTH  # the listener's or connector's
+    authenticated: Authenticated | None = None  # what an authServicePlugin's service said
 
     def internal(self, address: str) -> str:
         return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address
@@ -96,8 +98,13 @@ class Connecting:
             if tls
             else None
         )
-        transport = security.server_transport(
-            listener.sasl_mechanisms, listener.authenticate_peer, self.router.sasl, domain
+        relay = self._relay(listener)
+        transport = (
+            security.relayed_transport()
+            if relay is not None
+            else security.server_transport(
+                listener.sasl_mechanisms, listener.authenticate_peer, self.router.sasl, domain
+            )
         )
         _limit(transport, listener)
         info = ConnectionInfo(
@@ -117,11 +124,30 @@ class Connecting:
             self.router,
             peer=peer,
             screen=screen,
-            input_screen=sasl_screen,
+            input_screen=None if relay else sasl_screen,
+            front=relay,
         )
+        if relay is not None:
+            relay.send, relay.deliver = conn.send_raw, conn.deliver
+            relay.fail = conn.drop_when_written
+            conn.context["sasl_relay"] = relay
         self._adopt(conn, info)
         timeout = listener.initial_handshake_timeout_seconds
         self.router.admission.start(conn, info.identity, info.name, timeout)
+
+    def _relay(self, listener: Listener) -> SaslRelay | None:
+        """The SASL relay for a listener whose saslPlugin names an authServicePlugin."""
+        if not listener.sasl_plugin:
+            return None
+        plugin = self.router.config.auth_service_plugin(listener.sasl_plugin)
+        tls = self._tls(plugin.ssl_profile)
+        return SaslRelay(
+            self.router.loop,
+            plugin,
+            security.client_context(tls) if tls else None,
+            listener.sasl_mechanisms,
+            listener.authenticate_peer,
+        )
 
     def _adopt(self, conn: ProtonSocket, info: ConnectionInfo) -> None:
         info.identity = next(self._connection_ids)
@@ -180,14 +206,18 @@ class Connecting:
 
     def admit_client(self, conn: ProtonSocket, info: ConnectionInfo) -> bool:
         """Tenancy and connection limits for a client connection; closes it if refused."""
-        user = conn.transport.user or "anonymous"
-        info.user = user
+        relay: SaslRelay | None = conn.context.get("sasl_relay")
+        authenticated = relay.result if relay is not None else None
+        user = authenticated.identity if authenticated else conn.transport.user or "anonymous"
+        info.user, info.authenticated = user, authenticated
         hostname = (conn.connection.remote_hostname or "").split(":")[0]
         if info.multi_tenant:
             info.vhost_name = hostname
         if not self.router.policy_enabled:
+            if authenticated is not None and authenticated.authz is not None:
+                info.group = tenancy.authz_group(authenticated.authz)
             return True
-        admitted = tenancy.admit(self.router.vhosts, hostname, user)
+        admitted = tenancy.admit(self.router.vhosts, hostname, user, authenticated)
         if isinstance(admitted, str):
             conn.abort(UNAUTHORIZED, admitted)
             return False

@@ -182,6 +182,14 @@ class InputScreen(Protocol):
     def feed(self, data: bytes) -> str | None: ...
 
 
+class Front(Protocol):
+    """Speaks for proton until `done` (the SASL relay): `take` returns what proton sees."""
+
+    done: bool
+
+    def take(self, data: bytes) -> bytes: ...
+
+
 class EngineHandler(Protocol):
     """What a ProtonSocket reports to: every proton event, then its end."""
 
@@ -204,11 +212,15 @@ class ProtonSocket:
         connection: Connection | None = None,
         screen: Callable[[bytes], str | None] | None = None,
         input_screen: InputScreen | None = None,
+        front: Front | None = None,
     ) -> None:
         self.loop = loop
         # Sees the first bytes before proton does; a reason it returns drops the socket.
         self.screen = screen
         self.input_screen = input_screen  # the same for every chunk, while it wants them
+        self.front = front
+        self._raw_out = b""  # what `front` writes, ahead of anything proton writes
+        self._drop_when_written = False
         self.sock = sock
         self.transport = transport
         self.handler = handler
@@ -258,6 +270,16 @@ class ProtonSocket:
             if refusal:
                 self._fail(refusal)
                 return
+        if data and self.front is not None:
+            self.bytes_in += len(data)
+            data = self.front.take(data)
+            if self.front.done:
+                self.front = None
+            if not data:
+                self._flush()
+                self._update_interest()
+                return
+            self.bytes_in -= len(data)
         if data:
             self.bytes_in += len(data)
             self._push(data)
@@ -272,6 +294,24 @@ class ProtonSocket:
             log.debug("push to %s failed: %s", self.peer, exc)
             self.transport.close_tail()
 
+    def send_raw(self, data: bytes) -> None:
+        """Write bytes proton did not produce (the SASL relay's frames to the client)."""
+        self._raw_out += data
+        self._flush()
+        self._update_interest()
+
+    def deliver(self, data: bytes) -> None:
+        """Hand proton bytes the front held back, then carry on as if they just came."""
+        self._push(data)
+        self.process()
+
+    def drop_when_written(self, reason: str) -> None:
+        """End the connection once what `send_raw` queued has been written."""
+        log.info("connection %s: %s", self.peer, reason)
+        self._drop_when_written = True
+        self._flush()
+        self._update_interest()
+
     def on_writable(self) -> None:
         if self.closed:
             return
@@ -285,6 +325,19 @@ class ProtonSocket:
         self._update_interest()
 
     def _flush(self) -> None:
+        while self._raw_out:
+            try:
+                sent = self.sock.send(self._raw_out)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._fail(f"write failed: {exc.strerror}")
+                return
+            self.bytes_out += sent
+            self._raw_out = self._raw_out[sent:]
+        if self._drop_when_written:
+            self.drop()
+            return
         while True:
             pending = self.transport.pending()
             if pending < 0:  # head closed: everything has been written
@@ -310,7 +363,7 @@ class ProtonSocket:
         events = 0
         if self.transport.capacity() > 0:
             events |= selectors.EVENT_READ
-        if self._connecting or self.transport.pending() != 0:
+        if self._connecting or self._raw_out or self.transport.pending() != 0:
             events |= selectors.EVENT_WRITE
         if events == 0:
             if self.transport.closed:

@@ -25,6 +25,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+
 from proton import UNDESCRIBED, Array, Data, symbol, ubyte
 
 from enmesh.auth import frames
@@ -154,13 +155,13 @@ class SaslRelay:
         tls: ssl.SSLContext | None,
         mechanisms: tuple[str, ...],
         authenticate_peer: bool,
-        send: Callable[[bytes], None],
-        deliver: Callable[[bytes], None],
-        fail: Callable[[str], None],
     ) -> None:
         self.loop, self.plugin, self.tls = loop, plugin, tls
         self.mechanisms, self.authenticate_peer = mechanisms, authenticate_peer
-        self.send, self.deliver, self.fail = send, deliver, fail
+        # Set by the connection this relay stands in front of (enmesh.router.connecting).
+        self.send: Callable[[bytes], None] = _ignore
+        self.deliver: Callable[[bytes], None] = _ignore
+        self.fail: Callable[[str], None] = _ignore
         self.done = False
         self.result: Authenticated | None = None
         self._client = FrameReader()
@@ -229,7 +230,8 @@ class SaslRelay:
                 self.loop, self.plugin.address(), self.tls, self._from_service, self._lost
             )
         except OSError as exc:
-            self.loop.call_soon(lambda: self._lost(f"auth service: {exc.strerror or exc}"))
+            reason = f"auth service: {exc.strerror or exc}"
+            self.loop.call_soon(lambda: self._lost(reason))
             return
         self._service.send(frames.SASL_HEADER)
 
@@ -258,7 +260,9 @@ class SaslRelay:
             desired = Array(UNDESCRIBED, Data.SYMBOL, symbol("ADDRESS-AUTHZ"))
             open_fields = ["enmesh-router", self.plugin.address()[0], None, None, None]
             open_fields += [None, None, None, desired, PRODUCT]
-            link.send(frames.AMQP_HEADER + frames.encode(frames.AMQP_FRAME, frames.OPEN, open_fields))
+            link.send(
+                frames.AMQP_HEADER + frames.encode(frames.AMQP_FRAME, frames.OPEN, open_fields)
+            )
         elif item.code == frames.OPEN and self._accepted:
             self.result = _authenticated(item.field(9) or {})
             link.send(frames.encode(frames.AMQP_FRAME, frames.CLOSE, []))
@@ -282,6 +286,10 @@ class SaslRelay:
         if self._mechanisms_sent:  # else the client has no SASL exchange to end
             self._outcome(frames.SYS_TEMP)
         self.fail(reason)
+
+
+def _ignore(_: object) -> None:
+    pass
 
 
 def _mechanisms(array: Array) -> bytes:

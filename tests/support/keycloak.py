@@ -60,29 +60,63 @@ class Postgres:
         pwfile.write_text(self.password + "\n")
         shutil.chown(pwfile, "postgres", "postgres")
         self._as_postgres(
-            str(_pg_bin() / "initdb"), "-D", str(data), "-U", "keycloak", "--pwfile", str(pwfile),
-            "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync",
+            str(_pg_bin() / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "keycloak",
+            "--pwfile",
+            str(pwfile),
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--no-sync",
         )
         self.log = self.directory / "postgres.log"
-        self.process = subprocess.Popen(
-            ["runuser", "-u", "postgres", "--", str(_pg_bin() / "postgres"), "-D", str(data),
-             "-p", str(self.port), "-k", str(self.directory), "-h", "127.0.0.1", "-F"],
-            stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
-        )
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    "runuser",
+                    "-u",
+                    "postgres",
+                    "--",
+                    str(_pg_bin() / "postgres"),
+                    "-D",
+                    str(data),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.directory),
+                    "-h",
+                    "127.0.0.1",
+                    "-F",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         _wait(self._ready, 60, "PostgreSQL", self.log)
-        self._as_postgres(str(_pg_bin() / "createdb"), "-h", str(self.directory), "-p",
-                          str(self.port), "-U", "keycloak", "keycloak")
+        self._as_postgres(
+            str(_pg_bin() / "createdb"),
+            "-h",
+            str(self.directory),
+            "-p",
+            str(self.port),
+            "-U",
+            "keycloak",
+            "keycloak",
+        )
 
     def _ready(self) -> bool:
         result = subprocess.run(
             [str(_pg_bin() / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
             capture_output=True,
+            check=False,
         )
         return result.returncode == 0
 
     def _as_postgres(self, *command: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", *command], check=True,
-                       capture_output=True, cwd="/")
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *command], check=True, capture_output=True, cwd="/"
+        )
 
     def stop(self) -> None:
         if self.process is not None:
@@ -119,20 +153,27 @@ class Keycloak:
             "KC_DB_PASSWORD": self.database.password,
         }
         begun = time.monotonic()
-        self.process = subprocess.Popen(
-            [
-                str(self.home / "bin" / "kc.sh"), "start", "--optimized",
-                f"--db-url=jdbc:postgresql://127.0.0.1:{self.database.port}/keycloak",
-                "--db-username=keycloak",
-                f"--https-port={self.port}", "--http-enabled=false",
-                f"--https-certificate-file={self.cert}",
-                f"--https-certificate-key-file={self.key}",
-                f"--hostname={self.url}", "--http-host=127.0.0.1",
-                f"--http-management-port={self.management_port}",
-            ],
-            env=env, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    str(self.home / "bin" / "kc.sh"),
+                    "start",
+                    "--optimized",
+                    f"--db-url=jdbc:postgresql://127.0.0.1:{self.database.port}/keycloak",
+                    "--db-username=keycloak",
+                    f"--https-port={self.port}",
+                    "--http-enabled=false",
+                    f"--https-certificate-file={self.cert}",
+                    f"--https-certificate-key-file={self.key}",
+                    f"--hostname={self.url}",
+                    "--http-host=127.0.0.1",
+                    f"--http-management-port={self.management_port}",
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         _wait(self._ready, START_TIMEOUT, "Keycloak", self.log)
         self.started_in = time.monotonic() - begun
 
@@ -150,10 +191,14 @@ class Keycloak:
             return False
 
     def admin_token(self) -> str:
-        form = urllib.parse.urlencode({
-            "grant_type": "password", "client_id": "admin-cli",
-            "username": "admin", "password": self.admin_password,
-        }).encode()
+        form = urllib.parse.urlencode(
+            {
+                "grant_type": "password",
+                "client_id": "admin-cli",
+                "username": "admin",
+                "password": self.admin_password,
+            }
+        ).encode()
         url = f"{self.url}/realms/master/protocol/openid-connect/token"
         with urllib.request.urlopen(url, data=form, timeout=30, context=self._tls()) as answer:
             return str(json.load(answer)["access_token"])
@@ -164,8 +209,10 @@ class Keycloak:
             f"{self.url}/admin/realms{path}",
             method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.admin_token()}",
-                     "Content-Type": "application/json"},
+            headers={
+                "Authorization": f"Bearer {self.admin_token()}",
+                "Content-Type": "application/json",
+            },
         )
         with urllib.request.urlopen(request, timeout=60, context=self._tls()) as answer:
             text = answer.read()
@@ -186,7 +233,8 @@ class Keycloak:
         pid = self.process.pid
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         status = Path(f"/proc/{children[0] if children else pid}/status").read_text()
-        return int(next(l.split()[1] for l in status.splitlines() if l.startswith("VmRSS")))
+        rss = next(line for line in status.splitlines() if line.startswith("VmRSS"))
+        return int(rss.split()[1])
 
 
 def start_keycloak(state: Path, cert: Path, key: Path, ca: Path) -> Keycloak:

@@ -1,0 +1,114 @@
+"""Clients authenticate through enmesh-router's authServicePlugin, enmesh-auth and a real
+Keycloak: passwords, group membership, tenants and user changes are Keycloak's alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from proton import ConnectionException, Message
+from proton.reactor import AtMostOnce
+from proton.utils import BlockingConnection, LinkDetached
+
+from tests.auth.conftest import AuthStack
+
+SHOP_PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
+
+
+def connect(stack: AuthStack, user: str, password: str, vhost: str, port: int = 0) -> Any:
+    return BlockingConnection(
+        f"amqp://127.0.0.1:{port or stack.router_port}",
+        timeout=20,
+        user=user,
+        password=password,
+        virtual_host=vhost,
+        allowed_mechs="PLAIN",
+        allow_insecure_mechs=True,  # plain AMQP on loopback: the test's own machine
+    )
+
+
+def refusal(stack: AuthStack, user: str, password: str, vhost: str, port: int = 0) -> str:
+    with pytest.raises(ConnectionException) as refused:
+        connect(stack, user, password, vhost, port).close()
+    return str(refused.value)
+
+
+def may(connection: Any, address: str, receive: bool) -> bool:
+    try:
+        link = connection.create_receiver(address) if receive else connection.create_sender(address)
+    except LinkDetached as exc:
+        assert "unauthorized" in str(exc)
+        return False
+    link.close()
+    return True
+
+
+def test_keycloak_password_and_groups_decide(stack: AuthStack) -> None:
+    alice = connect(stack, "alice@shop", "alice-secret", "shop")
+    try:
+        receiver = alice.create_receiver("orders")
+        # Presettled: a blocking unsettled send would wait for the accept below.
+        alice.create_sender("orders", options=AtMostOnce()).send(Message(body="via keycloak"))
+        assert receiver.receive(timeout=10).body == "via keycloak"
+        receiver.accept()
+        assert not may(alice, "audit", receive=True)  # no recv_audit group
+    finally:
+        alice.close()
+    bob = connect(stack, "bob@shop", "bob-secret", "shop")
+    try:
+        assert may(bob, "audit", receive=True)
+        assert may(bob, "orders", receive=True)
+        assert not may(bob, "orders", receive=False)  # recv only
+    finally:
+        bob.close()
+
+
+def test_wrong_password_is_refused(stack: AuthStack) -> None:
+    assert "unauthorized" in refusal(stack, "alice@shop", "not-her-password", "shop")
+    assert "unauthorized" in refusal(stack, "nobody@shop", "whatever", "shop")
+
+
+def test_tenants_stay_isolated(stack: AuthStack) -> None:
+    """carol@lab's password is right, but shop is not her address space."""
+    assert "may not use address space 'shop'" in refusal(stack, "carol@lab", "carol-secret", "shop")
+    carol = connect(stack, "carol@lab", "carol-secret", "lab")
+    try:
+        assert may(carol, "orders", receive=False)
+    finally:
+        carol.close()
+
+
+def test_keycloak_user_changes_need_no_router_change(stack: AuthStack) -> None:
+    keycloak = stack.keycloak
+    groups = {
+        g["name"]: g for g in keycloak.admin("GET", "/enmesh/groups?briefRepresentation=false")
+    }
+    sub = {
+        g["name"]: g["id"]
+        for g in keycloak.admin("GET", f"/enmesh/groups/{groups['shop']['id']}/children")
+    }
+    keycloak.admin(
+        "POST",
+        "/enmesh/users",
+        {
+            "username": "dave@shop",
+            "enabled": True,
+            "credentials": [{"type": "password", "value": "dave-secret", "temporary": False}],
+        },
+    )
+    (dave,) = keycloak.admin("GET", "/enmesh/users?exact=true&username=dave@shop")
+    keycloak.admin("PUT", f"/enmesh/users/{dave['id']}/groups/{sub['send_orders']}")
+
+    first = connect(stack, "dave@shop", "dave-secret", "shop")
+    assert may(first, "orders", receive=False)
+    assert not may(first, "orders", receive=True)
+
+    keycloak.admin("PUT", f"/enmesh/users/{dave['id']}", {**dave, "enabled": False})
+    assert "unauthorized" in refusal(stack, "dave@shop", "dave-secret", "shop")
+    assert may(first, "orders", receive=False)  # the open connection carries on
+    first.close()
+
+
+def test_auth_service_down_refuses_new_connections(stack: AuthStack) -> None:
+    assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop", stack.dead_port)
+    assert "auth service" in stack.router_log.read_text()
