@@ -244,9 +244,7 @@ class SaslRelay:
             offered = _symbols(item.field(0))
             if self.mechanisms:
                 offered = [m for m in offered if m in self.mechanisms]
-            array = Array(UNDESCRIBED, Data.SYMBOL, *map(symbol, offered))
-            self._mechanisms_sent = True
-            self.send(frames.SASL_HEADER + _mechanisms(array))
+            self._offer(offered)
         elif item.code == frames.SASL_CHALLENGE:
             self.send(frames.encode(frames.SASL_FRAME, frames.SASL_CHALLENGE, [item.field(0)]))
         elif item.code == frames.SASL_OUTCOME:
@@ -283,9 +281,15 @@ class SaslRelay:
         if self._service is not None:
             self._service.close()
         log.warning("%s; refusing the client's authentication", reason)
-        if self._mechanisms_sent:  # else the client has no SASL exchange to end
-            self._outcome(frames.SYS_TEMP)
+        if not self._mechanisms_sent:  # the client waits for our side of SASL to begin
+            self._offer(list(self.mechanisms or ("PLAIN",)))
+        self._outcome(frames.SYS_TEMP)
         self.fail(reason)
+
+    def _offer(self, mechanisms: list[str]) -> None:
+        array = Array(UNDESCRIBED, Data.SYMBOL, *map(symbol, mechanisms))
+        self._mechanisms_sent = True
+        self.send(frames.SASL_HEADER + _mechanisms(array))
 
 
 def _ignore(_: object) -> None:
