@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from proton import Data, Described, ulong
+from proton import UNDESCRIBED, Array, Data, Described, symbol, ulong
 
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -39,6 +39,16 @@ class Frame:
 
     def field(self, index: int, default: Any = None) -> Any:
         return self.fields[index] if index < len(self.fields) else default
+
+
+def symbols(*names: str) -> Array:
+    """An AMQP array of symbols (mechanisms, capabilities)."""
+    return Array(cast(Any, UNDESCRIBED), Data.SYMBOL, *map(symbol, names))
+
+
+def strings(*values: str) -> Array:
+    """An AMQP array of strings (qdrouterd reads address-authz permissions as one)."""
+    return Array(cast(Any, UNDESCRIBED), Data.STRING, *values)
 
 
 def encode(kind: int, code: int, fields: list[Any]) -> bytes:

@@ -20,7 +20,7 @@ import ssl
 from collections import deque
 from dataclasses import dataclass
 
-from proton import UNDESCRIBED, Array, Data, symbol, ubyte, uint
+from proton import symbol, ubyte, uint
 
 from enmesh.auth import frames
 from enmesh.auth.authz import address_authz
@@ -107,7 +107,7 @@ class AuthService:
 
     async def _exchange(self, peer: _Peer) -> None:
         await peer.expect(header=frames.SASL_HEADER)
-        mechanisms = Array(UNDESCRIBED, Data.SYMBOL, *(symbol(m) for m in MECHANISMS))
+        mechanisms = frames.symbols(*MECHANISMS)
         peer.send(frames.SASL_HEADER + _sasl(frames.SASL_MECHANISMS, [mechanisms]))
         init = await peer.expect(code=frames.SASL_INIT)
         verdict = await self._verify(init)
@@ -152,10 +152,10 @@ def _sasl(code: int, fields: list[object]) -> bytes:
 def _open(verdict: Verdict) -> bytes:
     identity = {"sub": verdict.identity, "preferred_username": verdict.identity}
     authz = {
-        address: Array(UNDESCRIBED, Data.STRING, *operations)
+        address: frames.strings(*operations)
         for address, operations in address_authz(verdict.identity, verdict.groups).items()
     }
     properties = {symbol("authenticated-identity"): identity, symbol("address-authz"): authz}
-    offered = Array(UNDESCRIBED, Data.SYMBOL, symbol("ADDRESS-AUTHZ"))
+    offered = frames.symbols("ADDRESS-AUTHZ")
     fields = [CONTAINER_ID, None, uint(frames.MAX_FRAME), None, None, None, None, offered]
     return frames.encode(frames.AMQP_FRAME, frames.OPEN, [*fields, None, properties])

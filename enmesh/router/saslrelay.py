@@ -25,8 +25,9 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from proton import UNDESCRIBED, Array, Data, symbol, ubyte
+from proton import Array, symbol, ubyte
 
 from enmesh.auth import frames
 from enmesh.auth.frames import Frame, FrameError, FrameReader
@@ -255,8 +256,8 @@ class SaslRelay:
                 self.fail("authentication refused by the auth service")
                 return
             self._accepted = True
-            desired = Array(UNDESCRIBED, Data.SYMBOL, symbol("ADDRESS-AUTHZ"))
-            open_fields = ["enmesh-router", self.plugin.address()[0], None, None, None]
+            desired = frames.symbols("ADDRESS-AUTHZ")
+            open_fields: list[Any] = ["enmesh-router", self.plugin.address()[0], None, None, None]
             open_fields += [None, None, None, desired, PRODUCT]
             link.send(
                 frames.AMQP_HEADER + frames.encode(frames.AMQP_FRAME, frames.OPEN, open_fields)
@@ -287,7 +288,7 @@ class SaslRelay:
         self.fail(reason)
 
     def _offer(self, mechanisms: list[str]) -> None:
-        array = Array(UNDESCRIBED, Data.SYMBOL, *map(symbol, mechanisms))
+        array = frames.symbols(*mechanisms)
         self._mechanisms_sent = True
         self.send(frames.SASL_HEADER + _mechanisms(array))
 
