@@ -57,7 +57,9 @@ def keycloak(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Key
         server.database.stop()
 
 
-def _auth_service(keycloak: Keycloak, pki: Pki, log: Path) -> tuple[subprocess.Popen[str], int]:
+def auth_service_process(
+    keycloak: Keycloak, pki: Pki, log: Path
+) -> tuple[subprocess.Popen[str], int]:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -87,7 +89,7 @@ def _auth_service(keycloak: Keycloak, pki: Pki, log: Path) -> tuple[subprocess.P
     return process, int(match[1])
 
 
-def _router_config(directory: Path, pki: Pki, auth_port: int, ports: tuple[int, int]) -> Path:
+def router_config(directory: Path, pki: Pki, auth_port: int, ports: tuple[int, int]) -> Path:
     policies = directory / "policies"
     policies.mkdir()
     for space in ("shop", "lab"):
@@ -145,9 +147,9 @@ def stack(
     tmp_path_factory: pytest.TempPathFactory, keycloak: Keycloak, pki: Pki
 ) -> Iterator[AuthStack]:
     directory = tmp_path_factory.mktemp("auth-stack")
-    auth, auth_port = _auth_service(keycloak, pki, directory / "enmesh-auth.log")
+    auth, auth_port = auth_service_process(keycloak, pki, directory / "enmesh-auth.log")
     ports = (free_port(), free_port())
-    config = _router_config(directory, pki, auth_port, ports)
+    config = router_config(directory, pki, auth_port, ports)
     log = directory / "router.log"
     router = subprocess.Popen(
         [str(ROUTER_BIN), "--config", str(config)], stdout=log.open("w"), stderr=subprocess.STDOUT
