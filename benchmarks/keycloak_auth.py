@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=8)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="enmesh-kc-bench-"))
-    pki = make_pki(work / "pki", ["keycloak", "auth"], key_type="rsa")
+    pki = make_pki(work / "pki", ["keycloak", "auth", "router"], key_type="rsa")
     keycloak = start_keycloak(work, pki.cert("keycloak"), pki.key("keycloak"), pki.ca_cert)
     processes: list[subprocess.Popen[str]] = []
     try:
@@ -84,7 +84,7 @@ def main() -> None:
         keycloak.admin("POST", "", json.loads(realm_json(load_model([MODEL]), PASSWORDS)))
         auth, auth_port = auth_service_process(keycloak, pki, work / "enmesh-auth.log")
         processes.append(auth)
-        ports = (free_port(), free_port())
+        ports = (free_port(), free_port(), free_port())
         config = router_config(work, pki, auth_port, ports)
         with (work / "router.log").open("w") as log:
             processes.append(

@@ -175,16 +175,6 @@ def _check_references(
             raise error(where, written.line, f"{block.label}: {message}")
 
 
-def _check_sasl_plugins(where: str, listeners: _Found) -> None:
-    for block, _ in listeners:
-        if "saslPlugin" in block.attributes and "sslProfile" in block.attributes:
-            message = (
-                "saslPlugin with sslProfile: recognised but not supported (enmesh-router "
-                "relays SASL to the auth service on plain AMQP listeners only)"
-            )
-            raise error(where, block.line_of("saslPlugin"), f"{block.label}: {message}")
-
-
 def _reason(error: OSError | UnicodeDecodeError) -> str:
     # A decode error quotes the offending bytes, which may be part of a secret.
     if isinstance(error, UnicodeDecodeError):
@@ -252,7 +242,6 @@ def load_router_config(path: Path) -> RouterConfig:
         _check_references(where, found[kind], "sslProfile", profiles, "an sslProfile")
     plugins = _names(where, found["authServicePlugin"])
     _check_references(where, found["listener"], "saslPlugin", plugins, "an authServicePlugin")
-    _check_sasl_plugins(where, found["listener"])
     for kind in ("linkRoute", "autoLink"):
         expected = "a connector or listener"
         _check_references(where, found[kind], "connection", connections, expected)

@@ -337,7 +337,7 @@ LISTENER = EntityType(
             "saslPlugin",
             "string",
             IMPL,
-            "the authServicePlugin that authenticates this listener's clients (plain AMQP only)",
+            "the authServicePlugin that authenticates this listener's clients",
         ),
         _a(
             "requireEncryption",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from proton import Connection, Transport
 
-from enmesh.router import security, tenancy
+from enmesh.router import pytls, security, tenancy
 from enmesh.router.config import Connector, Listener, resolve_password
 from enmesh.router.config_model import StripAnnotations
 from enmesh.router.engine import ProtonSocket, connect_nonblocking
@@ -99,6 +99,9 @@ class Connecting:
             else None
         )
         relay = self._relay(listener)
+        terminator = None
+        if relay is not None and tls is not None:  # TLS in Python, so the relay sees SASL
+            terminator, domain = pytls.TlsTerminator(pytls.server_context(tls)), None
         transport = (
             security.relayed_transport()
             if relay is not None
@@ -115,7 +118,7 @@ class Connecting:
             link_capacity=listener.link_capacity,
             strip=listener.strip_annotations,
         )
-        screen = security.first_bytes_screen(listener.require_ssl)
+        screen = security.first_bytes_screen(listener.require_ssl or terminator is not None)
         sasl_screen = SaslInputScreen()
         conn = ProtonSocket(
             self.router.loop,
@@ -126,6 +129,7 @@ class Connecting:
             screen=screen,
             input_screen=None if relay else sasl_screen,
             front=relay,
+            tls=terminator,
         )
         if relay is not None:
             relay.send, relay.deliver = conn.send_raw, conn.deliver

@@ -213,12 +213,14 @@ class ProtonSocket:
         screen: Callable[[bytes], str | None] | None = None,
         input_screen: InputScreen | None = None,
         front: Front | None = None,
+        tls: Any = None,  # a pytls.TlsTerminator: TLS in Python, in front of `front`
     ) -> None:
         self.loop = loop
         # Sees the first bytes before proton does; a reason it returns drops the socket.
         self.screen = screen
         self.input_screen = input_screen  # the same for every chunk, while it wants them
         self.front = front
+        self.tls = tls
         self._raw_out = b""  # what `front` writes, ahead of anything proton writes
         self._drop_when_written = False
         self.sock = sock
@@ -270,6 +272,15 @@ class ProtonSocket:
             if refusal:
                 self._fail(refusal)
                 return
+        if data and self.tls is not None:
+            data = self.tls.unwrap(data)
+            self._raw_out += self.tls.take_output()  # the handshake's answers
+            if self.tls.closed:
+                data = b""  # close_notify: as the end of the stream
+            elif not data:
+                self._flush()
+                self._update_interest()
+                return
         if data and self.front is not None:
             self.bytes_in += len(data)
             data = self.front.take(data)
@@ -296,6 +307,9 @@ class ProtonSocket:
 
     def send_raw(self, data: bytes) -> None:
         """Write bytes proton did not produce (the SASL relay's frames to the client)."""
+        if self.tls is not None:
+            self.tls.wrap(data)
+            data = self.tls.take_output()
         self._raw_out += data
         self._flush()
         self._update_interest()
@@ -325,6 +339,14 @@ class ProtonSocket:
         self._update_interest()
 
     def _flush(self) -> None:
+        head_closed = False
+        if self.tls is not None:  # proton's output goes out through Python's TLS
+            pending = self.transport.pending()
+            if pending > 0:
+                self.tls.wrap(bytes(self.transport.peek(pending) or b""))
+                self.transport.pop(pending)
+            head_closed = pending < 0
+            self._raw_out += self.tls.take_output()
         while self._raw_out:
             try:
                 sent = self.sock.send(self._raw_out)
@@ -337,6 +359,10 @@ class ProtonSocket:
             self._raw_out = self._raw_out[sent:]
         if self._drop_when_written:
             self.drop()
+            return
+        if self.tls is not None:
+            if head_closed:
+                self._finish()
             return
         while True:
             pending = self.transport.pending()

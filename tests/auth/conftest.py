@@ -36,12 +36,13 @@ class AuthStack:
     auth_port: int
     router_port: int  # plain AMQP, authServicePlugin -> enmesh-auth
     dead_port: int  # a listener whose authServicePlugin points at nothing
+    tls_port: int  # amqps, TLS terminated in Python in front of the relay
     router_log: Path
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"), ["keycloak", "auth"], key_type="rsa")
+    return make_pki(tmp_path_factory.mktemp("pki"), ["keycloak", "auth", "router"], key_type="rsa")
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def auth_service_process(
     return process, int(match[1])
 
 
-def router_config(directory: Path, pki: Pki, auth_port: int, ports: tuple[int, int]) -> Path:
+def router_config(directory: Path, pki: Pki, auth_port: int, ports: tuple[int, int, int]) -> Path:
     policies = directory / "policies"
     policies.mkdir()
     for space in ("shop", "lab"):
@@ -111,6 +112,20 @@ authServicePlugin {{
     host: 127.0.0.1
     port: {auth_port}
     sslProfile: auth-service-tls
+}}
+sslProfile {{
+    name: client-tls
+    certFile: {pki.cert("router")}
+    privateKeyFile: {pki.key("router")}
+}}
+listener {{
+    host: 127.0.0.1
+    port: {ports[2]}
+    role: normal
+    authenticatePeer: yes
+    sslProfile: client-tls
+    saslPlugin: enmesh-auth
+    multiTenant: yes
 }}
 authServicePlugin {{
     name: nowhere
@@ -148,7 +163,7 @@ def stack(
 ) -> Iterator[AuthStack]:
     directory = tmp_path_factory.mktemp("auth-stack")
     auth, auth_port = auth_service_process(keycloak, pki, directory / "enmesh-auth.log")
-    ports = (free_port(), free_port())
+    ports = (free_port(), free_port(), free_port())
     config = router_config(directory, pki, auth_port, ports)
     log = directory / "router.log"
     router = subprocess.Popen(
@@ -156,7 +171,7 @@ def stack(
     )
     try:
         wait_until(lambda: port_is_listening(ports[0]), 20, "the router to listen")
-        yield AuthStack(keycloak, pki, auth_port, ports[0], ports[1], log)
+        yield AuthStack(keycloak, pki, auth_port, ports[0], ports[1], ports[2], log)
     finally:
         for process in (router, auth):
             process.terminate()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from proton import ConnectionException, Message
+from proton import ConnectionException, Message, SSLDomain
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection, LinkDetached
 
@@ -60,6 +60,33 @@ def test_keycloak_password_and_groups_decide(stack: AuthStack) -> None:
         assert not may(bob, "orders", receive=False)  # recv only
     finally:
         bob.close()
+
+
+def test_plain_over_tls(stack: AuthStack) -> None:
+    """TLS terminated by the router in Python, SASL relayed inside it."""
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(stack.pki.ca_cert))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+    options: dict[str, Any] = {
+        "timeout": 20,
+        "virtual_host": "shop",
+        "allowed_mechs": "PLAIN",
+        "ssl_domain": domain,
+        "sasl_enabled": True,
+    }
+    url = f"amqps://127.0.0.1:{stack.tls_port}"
+    bob = BlockingConnection(url, user="bob@shop", password="bob-secret", **options)
+    try:
+        receiver = bob.create_receiver("orders")
+        alice = BlockingConnection(url, user="alice@shop", password="alice-secret", **options)
+        sender = alice.create_sender("orders", options=AtMostOnce())
+        sender.send(Message(body="inside TLS"))
+        assert receiver.receive(timeout=10).body == "inside TLS"
+        alice.close()
+    finally:
+        bob.close()
+    with pytest.raises(ConnectionException, match="unauthorized"):
+        BlockingConnection(url, user="bob@shop", password="wrong", **options).close()
 
 
 def test_wrong_password_is_refused(stack: AuthStack) -> None:

@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from enmesh.auth import frames
 from enmesh.auth.authz import address_authz
 from enmesh.auth.frames import Frame, FrameError, FrameReader
-from enmesh.auth.service import ExchangeError, parse_plain
-from enmesh.router.config import load_router_config
-from enmesh.router.config_model import RouterConfigError
+from enmesh.auth.keycloak import Verdict
+from enmesh.auth.service import ExchangeError, _open, parse_plain
 from enmesh.router.saslrelay import _authenticated
 
 
@@ -53,22 +50,9 @@ def test_groups_grant_only_in_the_users_own_space() -> None:
 
 
 def test_the_open_the_service_sends_is_what_the_router_reads() -> None:
-    from enmesh.auth.keycloak import Verdict
-    from enmesh.auth.service import _open
-
     (item,) = FrameReader().feed(_open(Verdict(0, "bob@shop", ("/shop/recv_orders",))))
     assert isinstance(item, Frame) and item.code == frames.OPEN
     result = _authenticated(item.field(9))
     assert result.identity == "bob@shop"
     assert result.authz == {"orders": ("recv",)}
 
-
-def test_a_tls_listener_with_a_sasl_plugin_is_refused(tmp_path: Path) -> None:
-    config = tmp_path / "router.conf"
-    config.write_text(
-        "router {\n    id: r0\n}\nsslProfile {\n    name: tls\n}\n"
-        "authServicePlugin {\n    name: auth\n    host: 127.0.0.1\n}\n"
-        "listener {\n    port: 5671\n    sslProfile: tls\n    saslPlugin: auth\n}\n"
-    )
-    with pytest.raises(RouterConfigError, match=r"router.conf:\d+: .*saslPlugin with sslProfile"):
-        load_router_config(config)
