@@ -16,6 +16,7 @@ import logging
 import selectors
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -273,7 +274,13 @@ class ProtonSocket:
                 self._fail(refusal)
                 return
         if data and self.tls is not None:
-            data = self.tls.unwrap(data)
+            try:
+                data = self.tls.unwrap(data)
+            except ssl.SSLError as exc:  # a failed handshake, a bad record: this peer only
+                self._raw_out += self.tls.take_output()  # the alert, if any
+                self._flush()
+                self._fail(f"TLS: {exc.reason or exc}")
+                return
             self._raw_out += self.tls.take_output()  # the handshake's answers
             if self.tls.closed:
                 data = b""  # close_notify: as the end of the stream

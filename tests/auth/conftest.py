@@ -42,7 +42,10 @@ class AuthStack:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"), ["keycloak", "auth", "router"], key_type="rsa")
+    # proton clients check the router's certificate against their AMQP hostname (the space)
+    hostnames = ("localhost", "127.0.0.1", "shop", "lab")
+    components = ["keycloak", "auth", "router"]
+    return make_pki(tmp_path_factory.mktemp("pki"), components, hostnames, key_type="rsa")
 
 
 @pytest.fixture(scope="module")

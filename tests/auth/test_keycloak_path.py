@@ -75,18 +75,28 @@ def test_plain_over_tls(stack: AuthStack) -> None:
         "sasl_enabled": True,
     }
     url = f"amqps://127.0.0.1:{stack.tls_port}"
+    alice = BlockingConnection(url, user="alice@shop", password="alice-secret", **options)
+    try:
+        receiver = alice.create_receiver("orders")
+        # Presettled: a blocking unsettled send would wait for an accept nobody sends yet.
+        alice.create_sender("orders", options=AtMostOnce()).send(Message(body="inside TLS"))
+        assert receiver.receive(timeout=10).body == "inside TLS"
+    finally:
+        alice.close()
     bob = BlockingConnection(url, user="bob@shop", password="bob-secret", **options)
     try:
-        receiver = bob.create_receiver("orders")
-        alice = BlockingConnection(url, user="alice@shop", password="alice-secret", **options)
-        sender = alice.create_sender("orders", options=AtMostOnce())
-        sender.send(Message(body="inside TLS"))
-        assert receiver.receive(timeout=10).body == "inside TLS"
-        alice.close()
+        assert may(bob, "audit", receive=True)
+        assert not may(bob, "audit", receive=False)
     finally:
         bob.close()
     with pytest.raises(ConnectionException, match="unauthorized"):
         BlockingConnection(url, user="bob@shop", password="wrong", **options).close()
+    # A client that rejects the certificate (not issued for "nowhere") ends only its own
+    # handshake; the router serves the next client.
+    with pytest.raises(ConnectionException):
+        wrong_name = {**options, "virtual_host": "nowhere"}
+        BlockingConnection(url, user="bob@shop", password="bob-secret", **wrong_name).close()
+    BlockingConnection(url, user="bob@shop", password="bob-secret", **options).close()
 
 
 def test_wrong_password_is_refused(stack: AuthStack) -> None:
