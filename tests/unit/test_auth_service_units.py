@@ -55,4 +55,3 @@ def test_the_open_the_service_sends_is_what_the_router_reads() -> None:
     result = _authenticated(item.field(9))
     assert result.identity == "bob@shop"
     assert result.authz == {"orders": ("recv",)}
-
