@@ -38,6 +38,7 @@ class AuthStack:
     dead_port: int  # a listener whose authServicePlugin points at nothing
     tls_port: int  # amqps, TLS terminated in Python in front of the relay
     router_log: Path
+    auth_log: Path
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +166,8 @@ def stack(
     tmp_path_factory: pytest.TempPathFactory, keycloak: Keycloak, pki: Pki
 ) -> Iterator[AuthStack]:
     directory = tmp_path_factory.mktemp("auth-stack")
-    auth, auth_port = auth_service_process(keycloak, pki, directory / "enmesh-auth.log")
+    auth_log = directory / "enmesh-auth.log"
+    auth, auth_port = auth_service_process(keycloak, pki, auth_log)
     ports = (free_port(), free_port(), free_port())
     config = router_config(directory, pki, auth_port, ports)
     log = directory / "router.log"
@@ -174,7 +176,7 @@ def stack(
     )
     try:
         wait_until(lambda: port_is_listening(ports[0]), 20, "the router to listen")
-        yield AuthStack(keycloak, pki, auth_port, ports[0], ports[1], ports[2], log)
+        yield AuthStack(keycloak, pki, auth_port, ports[0], ports[1], ports[2], log, auth_log)
     finally:
         for process in (router, auth):
             process.terminate()

@@ -148,3 +148,19 @@ def test_keycloak_user_changes_need_no_router_change(stack: AuthStack) -> None:
 def test_auth_service_down_refuses_new_connections(stack: AuthStack) -> None:
     assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop", stack.dead_port)
     assert "auth service" in stack.router_log.read_text()
+
+
+def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthStack) -> None:
+    """Last in this module: it stops Keycloak."""
+    open_before = connect(stack, "alice@shop", "alice-secret", "shop")
+    receiver = open_before.create_receiver("orders")
+    process = stack.keycloak.process
+    assert process is not None
+    process.terminate()
+    # Wait on the open connection, so its heartbeats keep flowing meanwhile.
+    open_before.wait(lambda: process.poll() is not None, timeout=60, msg="Keycloak to stop")
+    assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop")
+    assert "Keycloak at" in stack.auth_log.read_text()  # why, in enmesh-auth's log
+    open_before.create_sender("orders", options=AtMostOnce()).send(Message(body="still here"))
+    assert receiver.receive(timeout=10).body == "still here"
+    open_before.close()
