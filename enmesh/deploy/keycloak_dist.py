@@ -37,7 +37,7 @@ def archive_url(version: str = VERSION) -> str:
 @contextmanager
 def _locked(cache: Path) -> Iterator[None]:
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
+    with (cache / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one fetch/build at a time per cache
         yield
 
@@ -55,9 +55,11 @@ def _fetch(version: str, cache: Path) -> Path:
     if archive.exists() and _sha1(archive) == expected:
         return archive
     partial = archive.with_suffix(".part")
-    with urllib.request.urlopen(archive_url(version), timeout=600) as answer:
-        with open(partial, "wb") as out:
-            shutil.copyfileobj(answer, out, 1 << 20)
+    with (
+        urllib.request.urlopen(archive_url(version), timeout=600) as answer,
+        partial.open("wb") as out,
+    ):
+        shutil.copyfileobj(answer, out, 1 << 20)
     actual = _sha1(partial)
     if actual != expected:
         partial.unlink()
@@ -70,7 +72,7 @@ def _fetch(version: str, cache: Path) -> Path:
 
 def _sha1(path: Path) -> str:
     digest = hashlib.sha1()  # what Maven Central publishes; integrity, not a signature
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -81,9 +83,9 @@ def java_home() -> Path:
     best: tuple[int, Path] | None = None
     for home in Path("/usr/lib/jvm").glob("*"):
         match = re.search(r"(\d+)", home.name.replace("1.", "", 1))
-        if (home / "bin" / "java").exists() and match and int(match.group(1)) >= MIN_JAVA:
-            if best is None or int(match.group(1)) > best[0]:
-                best = (int(match.group(1)), home)
+        major = int(match.group(1)) if match else 0
+        if (home / "bin" / "java").exists() and major >= MIN_JAVA and major > (best or (0,))[0]:
+            best = (major, home)
     if best is None:
         raise RuntimeError(f"Keycloak needs Java {MIN_JAVA}+; none found under /usr/lib/jvm")
     return best[1]
