@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from proton.utils import BlockingConnection  # noqa: E402
 
-from enmesh.k8s.realm import realm_json  # noqa: E402
+from enmesh.auth.realm import realm_json  # noqa: E402
 from enmesh.model.model import load_model  # noqa: E402
 from tests.auth.conftest import (  # noqa: E402
     MODEL,

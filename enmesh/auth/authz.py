@@ -1,7 +1,7 @@
 """A user's Keycloak groups -> the `address-authz` qdrouterd's auth service protocol
 carries (address pattern -> ["send"] / ["recv"]).
 
-The realm (enmesh.k8s.realm) gives each address space a group `/<space>` with subgroups
+The realm (enmesh.auth.realm) gives each address space a group `/<space>` with subgroups
 `send_<pattern>`, `recv_<pattern>` and `manage`, as EnMasse did. They grant what the
 space's vhost policy grants (enmesh.compile.auth): `manage` adds `$management` both
 ways, and whoever may send may also answer requests on dynamic reply addresses.

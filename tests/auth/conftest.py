@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from enmesh.k8s.realm import realm_json
+from enmesh.auth.realm import realm_json
 from enmesh.model.model import load_model
 from tests.support.keycloak import Keycloak, start_keycloak
 from tests.support.mesh import wait_until

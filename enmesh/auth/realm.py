@@ -1,4 +1,6 @@
-"""The Keycloak realm imported at boot: the model's users and their groups.
+"""The Keycloak realm imported at boot: the model's users and their groups. One builder
+for every target: the Kubernetes program (pulumi/enmesh_k8s/keycloak.py) and the tests
+that import it into a real Keycloak (tests/auth).
 
 As in EnMasse, a user's rights are group memberships: group `/<space>` per address space
 with subgroups `send_<pattern>`, `recv_<pattern>` and `manage`. Passwords come from the
