@@ -18,6 +18,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,8 +34,9 @@ from tests.auth.conftest import (  # noqa: E402
     auth_service_process,
     router_config,
 )
+from tests.router.conftest import account  # noqa: E402
 from tests.support.keycloak import start_keycloak  # noqa: E402
-from tests.support.mesh import wait_until  # noqa: E402
+from tests.support.mesh import build_mesh, wait_until  # noqa: E402
 from tests.support.pki import make_pki  # noqa: E402
 from tests.support.ports import free_port, port_is_listening  # noqa: E402
 
@@ -56,10 +58,10 @@ def connect_once(port: int) -> float:
     return time.monotonic() - started
 
 
-def rate(port: int, count: int, parallel: int) -> dict[str, float]:
+def rate(port: int, count: int, parallel: int, connect: Any = connect_once) -> dict[str, float]:
     started = time.monotonic()
     with ThreadPoolExecutor(parallel) as pool:
-        latencies = sorted(pool.map(lambda _: connect_once(port), range(count)))
+        latencies = sorted(pool.map(lambda _: connect(port), range(count)))
     elapsed = time.monotonic() - started
     return {
         "connections": count,
@@ -70,11 +72,39 @@ def rate(port: int, count: int, parallel: int) -> dict[str, float]:
     }
 
 
+def sasldb(count: int, parallel: int) -> dict[str, dict[str, float]]:
+    """The same measure against a router checking its Cyrus sasldb (SCRAM-SHA-256)."""
+    mesh = build_mesh(Path(tempfile.mkdtemp(prefix="enmesh-sasldb-bench-")), routers=1)
+    mesh.start()
+    try:
+        user = account(mesh, 0, "device@iot")
+
+        def connect(_: int) -> float:
+            started = time.monotonic()
+            user.blocking(timeout=30).close()
+            return time.monotonic() - started
+
+        connect(0)
+        return {
+            "sequential": rate(0, count, 1, connect),
+            "concurrent": rate(0, count, parallel, connect),
+        }
+    finally:
+        mesh.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--parallel", type=int, default=8)
+    parser.add_argument("--sasldb-only", action="store_true", help="only the sasldb side")
     args = parser.parse_args()
+    if args.sasldb_only:
+        figures = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        figures["sasldb"] = sasldb(args.connections, args.parallel)
+        print(json.dumps(figures["sasldb"], indent=2))
+        RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
+        return
     work = Path(tempfile.mkdtemp(prefix="enmesh-kc-bench-"))
     pki = make_pki(work / "pki", ["keycloak", "auth", "router"], key_type="rsa")
     keycloak = start_keycloak(work, pki.cert("keycloak"), pki.key("keycloak"), pki.ca_cert)
