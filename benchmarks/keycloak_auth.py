@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -74,7 +75,8 @@ def rate(port: int, count: int, parallel: int, connect: Any = connect_once) -> d
 
 def sasldb(count: int, parallel: int) -> dict[str, dict[str, float]]:
     """The same measure against a router checking its Cyrus sasldb (SCRAM-SHA-256)."""
-    mesh = build_mesh(Path(tempfile.mkdtemp(prefix="enmesh-sasldb-bench-")), routers=1)
+    work = Path(tempfile.mkdtemp(prefix="enmesh-sasldb-bench-"))
+    mesh = build_mesh(work, routers=1)
     mesh.start()
     try:
         user = account(mesh, 0, "device@iot")
@@ -91,6 +93,7 @@ def sasldb(count: int, parallel: int) -> dict[str, dict[str, float]]:
         }
     finally:
         mesh.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -142,6 +145,7 @@ def main() -> None:
             process.wait(10)
         keycloak.stop()
         keycloak.database.stop()
+        shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(figures, indent=2))
     RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
 
