@@ -1,6 +1,7 @@
 """Large messages through a 3-router chain: memory with a stalled receiver, 1 MB throughput.
 
-    .venv/bin/python benchmarks/router_large.py [--stalled-mb 50] [--messages 100] [--label X]
+    .venv/bin/python benchmarks/router_large.py [--stalled-mb 50] [--messages 100]
+        [--session-frames N] [--label X]
 
 (a) A consumer on router 2 that takes no bytes (64 KB session window, never freed) and a
     producer on router 0 sending one `--stalled-mb` message: each router's RSS growth and
@@ -25,9 +26,8 @@ from proton import Message
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from enmesh.router import streaming  # noqa: E402
 from tests.router.conftest import ConsumerFirst  # noqa: E402
-from tests.router.test_streaming import MB, StalledReceiver  # noqa: E402
+from tests.router.test_streaming import MB, StalledReceiver, bound_session_windows  # noqa: E402
 from tests.support.amqp import run  # noqa: E402
 from tests.support.mesh import build_mesh  # noqa: E402
 
@@ -63,11 +63,16 @@ def main() -> None:
     parser.add_argument("--stalled-mb", type=int, default=50)
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--label", default="")
+    parser.add_argument(
+        "--session-frames", type=int, default=0, help="maxSessionFrames everywhere (0: unbounded)"
+    )
     parser.add_argument("--messages-only", action="store_true")
     parser.add_argument("--stalled-only", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         mesh = build_mesh(Path(tmp) / "chain", routers=3, topology="chain")
+        if args.session_frames:
+            bound_session_windows(mesh, args.session_frames)
         mesh.start()
         try:
             mesh.wait_converged()
@@ -80,7 +85,7 @@ def main() -> None:
                 stalled = run(StalledReceiver(mesh, args.stalled_mb * MB), timeout=600)
         finally:
             mesh.stop()
-    result: dict[str, Any] = {"label": args.label, "streaming": streaming.ENABLED}
+    result: dict[str, Any] = {"label": args.label, "max_session_frames": args.session_frames}
     if seconds:
         result["throughput_1mb"] = {
             "messages": args.messages,

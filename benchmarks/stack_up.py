@@ -3,7 +3,7 @@
 Cold: the local stack is torn down and everything it installed on this host is removed
 first (/opt/enmesh, /etc/enmesh, /var/lib/enmesh, RabbitMQ's data and config, the
 deployer's build/local); Debian packages and the project's .venv stay (they are
-`make setup`'s, timed in the README). Warm: `make up` again, which must change nothing.
+`make setup`'s, timed in docs/performance.md). Warm: `make up` again, which must change nothing.
 RSS: the sum over every supervised program's process tree (routers, RabbitMQ, epmd).
 Targets: warm < 60 s, stack < 1.5 GiB. Writes benchmarks/results/stack_up.json.
 

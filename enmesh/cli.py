@@ -20,7 +20,7 @@ from enmesh.control.brokers import BrokerError
 from enmesh.control.routers import RouterError
 from enmesh.deploy import stackctl
 from enmesh.deploy.bundle import write_bundle
-from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment
+from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment, watch_sasldb
 from enmesh.deploy.secrets import ensure_secrets
 from enmesh.deploy.smoke import run_smoke
 from enmesh.k8s.config import KubeStackError
@@ -34,6 +34,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     model = load_model(args.files)
     addresses = sum(len(t.addresses) for t in model.tenants)
     users = sum(len(t.users) for t in model.tenants)
+    for warning in model.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     print(
         f"ok: {len(model.tenants)} address spaces, {addresses} addresses, {users} users "
         f"in {len(args.files)} file(s)"
@@ -48,15 +50,17 @@ def _cmd_render(args: argparse.Namespace) -> int:
         raise CompileError("render needs --out DIR (host files) or --k8s-out DIR (Kubernetes)")
     stack_file = find_stack_file(args.stack, args.stacks_dir)
     stack, artefacts = compile_stack_file(stack_file)
+    existed = {path for path in artefacts.files if (args.out / path).exists()}
     changed = write_artefacts(artefacts, args.out)
     print(f"rendered stack {stack.name!r} from {stack_file} into {args.out}:")
     for path in artefacts.files:
-        mark = "changed" if path in changed else "unchanged"
+        mark = "unchanged" if path not in changed else "changed" if path in existed else "new"
         print(f"  {mark:9}  {path}")
     removed = sorted(set(changed) - set(artefacts.files))
     for path in removed:
         print(f"  {'removed':9}  {path}")
-    print(f"{len(changed)} file(s) changed")
+    new = sum(1 for path in changed if path in artefacts.files and path not in existed)
+    print(f"{len(changed)} file(s) changed" + (f" ({new} new)" if new else ""))
     return 0
 
 
@@ -110,8 +114,10 @@ def _cmd_deploy_bundle(args: argparse.Namespace) -> int:
 
 
 def _cmd_deploy_sasldb(args: argparse.Namespace) -> int:
-    path, changed = ensure_from_deployment(args.config_dir)
-    print(f"{'changed' if changed else 'unchanged'}: {path}")
+    path, changed = ensure_from_deployment(args.config_dir, args.flat_secrets)
+    print(f"{'changed' if changed else 'unchanged'}: {path}", flush=True)
+    if args.watch > 0:
+        watch_sasldb(args.config_dir, args.flat_secrets, args.watch)
     return 0
 
 
@@ -164,6 +170,19 @@ def _deploy_commands(commands: Any) -> None:
     bundle.set_defaults(run=_cmd_deploy_bundle)
     sasldb = steps.add_parser("sasldb", help="build the routers' SASL database from the secrets")
     sasldb.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
+    sasldb.add_argument(
+        "--flat-secrets",
+        type=Path,
+        metavar="DIR",
+        help="read passwords from DIR/<secret>_<key> (a Kubernetes Secret mounted whole)",
+    )
+    sasldb.add_argument(
+        "--watch",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep running: rebuild when users or passwords change, checked every SECONDS",
+    )
     sasldb.set_defaults(run=_cmd_deploy_sasldb)
     control.add_reload_step(steps)
     control.add_broker_step(steps)
@@ -303,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except ModelInvalidError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -318,6 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         RouterError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # `enmesh render ... | head`: the reader has what it wanted
+        # Python would report the pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError as exc:
         print(f"error: {exc.strerror}: {exc.filename}", file=sys.stderr)
     except Exception as exc:  # a bug in enmesh: say so briefly, keep the trace opt-in

@@ -19,7 +19,10 @@ from proton import Delivery, Message, SSLDomain
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from enmesh.transport_hints import explain
+
 PASSWORD_ENV = "ENMESH_PASSWORD"
+DEFAULT_MECHANISMS = "SCRAM-SHA-256 PLAIN"
 
 
 class ClientError(Exception):
@@ -44,7 +47,7 @@ class Endpoint:
             password=self.password,
             vhost=self.vhost,
             ca=self.ca,
-            mechanisms=self.mechanisms or "SCRAM-SHA-256 PLAIN",
+            mechanisms=self.mechanisms or DEFAULT_MECHANISMS,
         )
         return container.connect(**options)
 
@@ -108,6 +111,7 @@ class _Client(MessagingHandler):
         self.error: str | None = None
         self.connection: Any = None
         self.timer: Any = None
+        self.finished = False
 
     def on_start(self, event: Any) -> None:
         self.connection = self.endpoint.connect(event.container)
@@ -127,6 +131,7 @@ class _Client(MessagingHandler):
         return ""
 
     def finish(self) -> None:
+        self.finished = True
         if self.timer is not None:
             self.timer.cancel()
         if self.connection is not None:
@@ -138,7 +143,13 @@ class _Client(MessagingHandler):
         self.finish()
 
     def on_transport_error(self, event: Any) -> None:
-        self._failed("connection failed", event.transport.condition)
+        condition = event.transport.condition
+        raw = f"{condition.name}: {condition.description}" if condition else "closed"
+        endpoint = self.endpoint
+        mechanisms = endpoint.mechanisms or DEFAULT_MECHANISMS
+        explained = explain(endpoint.url, mechanisms=mechanisms, ca=endpoint.ca, raw=raw)
+        self.error = self.error or f"connection failed: {explained}"
+        self.finish()
 
     def on_connection_error(self, event: Any) -> None:
         self._failed("connection refused", event.connection.remote_condition)
@@ -162,9 +173,11 @@ class Sender(_Client):
         messages: Sequence[Message],
         rate: float | None = None,
         start_at: float | None = None,
+        progress_every: float | None = None,
     ) -> None:
         super().__init__(endpoint)
         self.messages, self.rate, self.start_at = messages, rate, start_at
+        self.progress_every = progress_every
         self.sent = 0
         self.outcomes = {"accepted": 0, "rejected": 0, "released": 0, "modified": 0}
         self.began = 0.0  # (monotonic) when the first message is due
@@ -176,6 +189,8 @@ class Sender(_Client):
         if self.start_at is not None:
             self.began += self.start_at - time.time()
         self.link = event.container.create_sender(self.connection, self.endpoint.address)
+        if self.progress_every:
+            event.container.schedule(self.progress_every, _Progress(self))
 
     def on_sendable(self, event: Any) -> None:
         self.pump(event.container)
@@ -211,6 +226,29 @@ class Sender(_Client):
         return f"{self.sent} of {len(self.messages)} sent; no credit means no consumer is reachable"
 
 
+class _Progress(MessagingHandler):
+    """Every few seconds, a line on stderr: sent, accepted, and the rate since the last."""
+
+    def __init__(self, sender: Sender) -> None:
+        super().__init__()
+        self.sender = sender
+        self.last = (time.monotonic(), 0)
+
+    def on_timer_task(self, event: Any) -> None:
+        sender = self.sender
+        if sender.finished:
+            return  # no more lines, no more timers
+        now, accepted = time.monotonic(), sender.outcomes["accepted"]
+        rate = (accepted - self.last[1]) / max(now - self.last[0], 1e-9)
+        self.last = (now, accepted)
+        total = len(sender.messages)
+        print(
+            f"  {sender.sent}/{total} sent, {accepted} accepted, {rate:.0f}/s",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+        event.container.schedule(sender.progress_every, self)
+
+
 class _Pump(MessagingHandler):
     def __init__(self, sender: Sender) -> None:
         super().__init__()
@@ -226,11 +264,13 @@ def send_messages(
     messages: Sequence[Message],
     rate: float | None,
     start_at: float | None = None,
+    progress_every: float | None = None,
 ) -> Sender:
     """Send and wait for every outcome; raises ClientError if the link or connection fails.
     With `rate`, the i-th message is due i/rate seconds after `start_at` (wall-clock epoch
-    seconds; default: once the link is attached, which takes a connection's set-up)."""
-    client = Sender(endpoint, messages, rate, start_at)
+    seconds; default: once the link is attached, which takes a connection's set-up). With
+    `progress_every`, a progress line goes to stderr that often (seconds)."""
+    client = Sender(endpoint, messages, rate, start_at, progress_every)
     Container(client).run()
     if client.error:
         raise ClientError(client.error)

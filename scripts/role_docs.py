@@ -1,7 +1,9 @@
-"""Print (or check) the README's role-variable tables, generated from meta/argument_specs.yml.
+"""Print, write or check docs/roles.md's role-variable tables, generated from each role's
+meta/argument_specs.yml.
 
 .venv/bin/python scripts/role_docs.py            # print the tables
-.venv/bin/python scripts/role_docs.py --check    # exit 1 if README.md is out of date
+.venv/bin/python scripts/role_docs.py --write    # rewrite them in docs/roles.md
+.venv/bin/python scripts/role_docs.py --check    # exit 1 if docs/roles.md is out of date
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "roles.md"
 BEGIN, END = "<!-- role-variables:begin -->", "<!-- role-variables:end -->"
 
 
@@ -28,7 +31,7 @@ def tables() -> str:
         specs = yaml.safe_load(spec_file.read_text())["argument_specs"]
         for entry, spec in specs.items():
             title = f"`{role}`" if entry == "main" else f"`{role}` (`tasks_from: {entry}`)"
-            out.append(f"#### {title}: {spec.get('short_description', '')}\n")
+            out.append(f"## {title}: {spec.get('short_description', '')}\n")
             out.append("| variable | type | default | meaning |")
             out.append("| --- | --- | --- | --- |")
             for name, option in sorted(spec.get("options", {}).items()):
@@ -45,13 +48,19 @@ def tables() -> str:
 
 def main() -> int:
     generated = f"{BEGIN}\n{tables()}{END}"
-    if "--check" not in sys.argv:
+    if "--check" not in sys.argv and "--write" not in sys.argv:
         print(generated)
         return 0
-    readme = (ROOT / "README.md").read_text()
-    start, end = readme.find(BEGIN), readme.find(END)
-    if start < 0 or end < 0 or readme[start : end + len(END)] != generated:
-        print("README.md role variables are out of date: run scripts/role_docs.py", file=sys.stderr)
+    page = PAGE.read_text(encoding="utf-8")
+    start, end = page.find(BEGIN), page.find(END)
+    if start < 0 or end < 0:
+        print(f"{PAGE} has no {BEGIN} ... {END} block", file=sys.stderr)
+        return 1
+    if "--write" in sys.argv:
+        PAGE.write_text(page[:start] + generated + page[end + len(END) :], encoding="utf-8")
+        return 0
+    if page[start : end + len(END)] != generated:
+        print(f"{PAGE} is out of date: run scripts/role_docs.py --write", file=sys.stderr)
         return 1
     return 0
 

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 APT_PACKAGES=(libsasl2-dev sasl2-bin libsasl2-modules openssl libssl-dev pkg-config patch openjdk-17-jre-headless
-              rabbitmq-server supervisor prometheus postgresql)
+              rabbitmq-server supervisor prometheus chromium chromium-driver postgresql)
 STAMP="$VENV/.enmesh-requirements.sha256"
 
 LOG="$VENV/setup.log"
@@ -96,5 +96,24 @@ else
   echo "    installing requirements.txt and enmesh (editable)"
   quietly "$VENV/bin/pip" install -r requirements.txt -e .
   echo "$want" > "$STAMP"
+fi
+step "console assets (Chart.js from npm)"
+# The console's charts are drawn by Chart.js, served by the console itself as a static file
+# (its pages allow scripts from their own origin only). npm checks the tarball's integrity.
+CHARTJS_VERSION=4.5.1
+CHARTJS=enmesh/console/static/vendor/chart.umd.min.js
+if [[ -f $CHARTJS && $(cat "$CHARTJS.version" 2>/dev/null) == "$CHARTJS_VERSION" ]]; then
+  echo "    chart.js $CHARTJS_VERSION present"
+else
+  command -v npm >/dev/null || quietly apt-get install -y -qq --no-install-recommends npm
+  pack=$(mktemp -d)
+  quietly npm pack --silent --pack-destination "$pack" "chart.js@$CHARTJS_VERSION"
+  mkdir -p "$(dirname "$CHARTJS")"
+  tar -xzf "$pack/chart.js-$CHARTJS_VERSION.tgz" -C "$pack" package/dist/chart.umd.min.js package/LICENSE.md
+  cp "$pack/package/dist/chart.umd.min.js" "$CHARTJS"
+  cp "$pack/package/LICENSE.md" "$(dirname "$CHARTJS")/chart.js.LICENSE.md"
+  echo "$CHARTJS_VERSION" > "$CHARTJS.version"
+  rm -rf "$pack"
+  echo "    chart.js $CHARTJS_VERSION installed"
 fi
 step "setup complete"

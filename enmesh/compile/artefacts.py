@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from enmesh.compile import admission, auth, broker, deploy, monitoring, router
+from enmesh.compile import administrator, admission, auth, broker, deploy, monitoring, router
 from enmesh.compile.engines import profile_of
 from enmesh.compile.engines.check import policy_problems, refuse_unserved, require_valid
 from enmesh.compile.layout import Layout
@@ -76,6 +76,9 @@ def _compile(layout: Layout) -> Artefacts:
         where = f"auth/policies/{tenant.name}.json"
         require_valid(policy_problems(profile, policy, where), profile)
         files[where] = to_json(policy)
+    policy = administrator.policy()
+    require_valid(policy_problems(profile, policy, administrator.POLICY_FILE), profile)
+    files[administrator.POLICY_FILE] = to_json(policy)
     if monitoring.enabled(layout):
         files[monitoring.CONFIG_FILE] = to_json(monitoring.prometheus_config(layout))
         files[monitoring.RULES_FILE] = to_json(monitoring.rules(layout))

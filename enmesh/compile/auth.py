@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from enmesh.compile import administrator
 from enmesh.compile.layout import ROUTER_BROKER_SECRET, ROUTER_BROKER_USER, Layout
 from enmesh.compile.layout import subscription_link_address as _subscription
 from enmesh.model import AddressType, MessagingUser, Operation, Tenant
@@ -95,6 +96,7 @@ def users(layout: Layout) -> dict[str, Any]:
     ]
     return {
         "messagingUsers": sorted(messaging, key=lambda u: u["identity"]),
+        "stackAdministrator": administrator.users_entry(),
         "brokerUsers": [
             {
                 "name": ROUTER_BROKER_USER,

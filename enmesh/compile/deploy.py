@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from enmesh.compile import monitoring
+from enmesh.compile import administrator, monitoring
 from enmesh.compile.auth import sasl_identity
 from enmesh.compile.layout import (
     ROUTER_BROKER_SECRET,
@@ -88,7 +88,7 @@ def _brokers(layout: Layout) -> list[dict[str, Any]]:
 
 
 def _secrets(layout: Layout) -> list[dict[str, str]]:
-    refs = {(ROUTER_BROKER_SECRET, "password")}
+    refs = {(ROUTER_BROKER_SECRET, "password"), (administrator.SECRET, administrator.KEY)}
     for tenant in layout.model.tenants:
         for user in tenant.users:
             ref = user.spec.authentication.passwordSecret
@@ -143,6 +143,7 @@ def deployment(layout: Layout) -> dict[str, Any]:
         "brokers": _brokers(layout),
         "secrets": _secrets(layout),
         "users": _users(layout),
+        "administrator": administrator.deployment(layout),
         "spaces": sorted(t.name for t in layout.model.tenants),
         "addresses": _addresses(layout),
         "monitoring": monitoring.deployment(layout),

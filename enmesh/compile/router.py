@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from enmesh.compile import administrator
 from enmesh.compile.engines import EngineProfile, Feature, profile_of
 from enmesh.compile.engines.check import config_problems, require_valid
 from enmesh.compile.layout import (
@@ -229,9 +230,8 @@ def instance_entities(layout: Layout, router: RouterInstance) -> list[Entity]:
             {
                 "enableVhostPolicy": True,
                 "policyDir": layout.config_path("auth", "policies"),
-                "maxConnections": sum(
-                    t.plan.spec.resourceLimits.connections for t in layout.standard_tenants
-                ),
+                "maxConnections": administrator.CONNECTIONS
+                + sum(t.plan.spec.resourceLimits.connections for t in layout.standard_tenants),
             },
         ),
     ]

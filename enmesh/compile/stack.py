@@ -179,7 +179,19 @@ def load_stack(path: Path) -> tuple[Stack, list[Path]]:
         stack, problems = validate_as(documents[0], Stack)
     if stack is None:
         raise ModelInvalidError(problems)
-    return stack, [path.parent / model for model in stack.spec.models]
+    return stack, [path.parent / model for model in stack.spec.models] + runtime_models(stack)
+
+
+def runtime_dir(stack: Stack) -> Path:
+    """The runtime part of the desired state (DESIGN.md, "The control plane"): model
+    documents added while the stack runs (the console), kept beside its state, so `enmesh
+    apply` and the next `make up` keep them. They only add to the files in git."""
+    return Path(stack.spec.paths.state) / "runtime"
+
+
+def runtime_models(stack: Stack) -> list[Path]:
+    folder = runtime_dir(stack)
+    return sorted(folder.glob("*.model.yml")) if folder.is_dir() else []
 
 
 def find_stack_file(name: str, stacks_dir: Path) -> Path:

@@ -134,6 +134,7 @@ class RouterFiles:
     config: Path
     policies: Path
     metrics_url: str
+    amqp_url: str | None = None  # where its administrator reaches `$management`
 
 
 def converge(

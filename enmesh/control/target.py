@@ -15,6 +15,7 @@ from typing import Any
 
 from enmesh.control.brokers import Rabbitmqctl
 from enmesh.control.errors import ApplyRefused
+from enmesh.control.management import router_url
 from enmesh.control.routers import RouterFiles, Signaller, Supervisord, Systemd
 
 DEFAULT_RABBITMQCTL = ("/usr/sbin/rabbitmqctl", "--node", "rabbit@localhost")
@@ -37,6 +38,7 @@ def router_files(deployment: dict[str, Any], config_dir: Path) -> tuple[RouterFi
             config=config_dir / r["config"],
             policies=config_dir / "auth" / "policies",
             metrics_url=f"http://{r['host']}:{r['ports']['metrics']}/metrics",
+            amqp_url=router_url(r),
         )
         for r in deployment["routers"]
     )

@@ -18,6 +18,8 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,21 +70,41 @@ def _digest(users: Mapping[str, str]) -> str:
     return digest.hexdigest()
 
 
-def read_users(deployment: Mapping[str, Any], secrets_dir: Path) -> dict[str, str]:
-    """Identity -> password for every user in `deploy.json`, from `<secrets>/<name>/<key>`."""
-    users: dict[str, str] = {}
-    secrets = {s["name"]: s for s in deployment["secrets"]}
-    for user in deployment["users"]:
-        ref = secrets[user["secret"]]
-        file = secrets_dir / ref["name"] / ref["key"]
-        try:
-            password = file.read_text(encoding="utf-8").rstrip("\r\n")
-        except OSError as exc:
-            raise SasldbError(
-                f"secret of {user['identity']} missing: cannot read {file} ({exc.strerror}); "
-                "create it (one line, mode 0600) or let the playbook generate it"
-            ) from None
-        users[user["identity"]] = password
+def _read_secret(file: Path, whose: str) -> str:
+    try:
+        return file.read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise SasldbError(
+            f"secret of {whose} missing: cannot read {file} ({exc.strerror}); "
+            "create it (one line, mode 0600) or let the playbook generate it"
+        ) from None
+
+
+def flat_secret_key(name: str, key: str) -> str:
+    """`iot-device`, `password` -> `iot-device_password`: one Kubernetes Secret holding
+    every user's password, mounted whole (its keys cannot hold `/`; a secret's name cannot
+    hold `_`, so the first `_` splits it)."""
+    return f"{name}_{key}"
+
+
+def read_users(
+    deployment: Mapping[str, Any], secrets_dir: Path, *, flat: bool = False
+) -> dict[str, str]:
+    """Identity -> password for every user in `deploy.json`, from `<secrets>/<name>/<key>`
+    (or `<secrets>/<name>_<key>` if `flat`)."""
+
+    def read(name: str, key: str, whose: str) -> str:
+        path = secrets_dir / flat_secret_key(name, key) if flat else secrets_dir / name / key
+        return _read_secret(path, whose)
+
+    keys = {s["name"]: s["key"] for s in deployment["secrets"]}
+    users = {
+        u["identity"]: read(u["secret"], keys[u["secret"]], u["identity"])
+        for u in deployment["users"]
+    }
+    admin = deployment.get("administrator")  # absent from a deploy.json before it existed
+    if admin is not None:
+        users[admin["identity"]] = read(admin["secret"], admin["key"], "the stack administrator")
     return users
 
 
@@ -176,9 +198,33 @@ def ensure_sasldb(path: Path, users: Mapping[str, str]) -> bool:
     return True
 
 
-def ensure_from_deployment(config_dir: Path) -> tuple[Path, bool]:
-    """The host's sasldb from `<config>/deploy.json`; returns its path and whether it changed."""
+def ensure_from_deployment(config_dir: Path, flat_secrets: Path | None = None) -> tuple[Path, bool]:
+    """The host's sasldb from `<config>/deploy.json`; returns its path and whether it changed.
+    `flat_secrets`: read the passwords from there, one file per `<name>_<key>`."""
     deployment = json.loads((config_dir / "deploy.json").read_text(encoding="utf-8"))
     path = Path(deployment["sasldb"])
-    users = read_users(deployment, Path(deployment["paths"]["secrets"]))
+    if flat_secrets is not None:
+        users = read_users(deployment, flat_secrets, flat=True)
+    else:
+        users = read_users(deployment, Path(deployment["paths"]["secrets"]))
     return path, ensure_sasldb(path, users)
+
+
+def watch_sasldb(config_dir: Path, flat_secrets: Path | None, interval: float) -> None:
+    """Rebuild the database whenever deploy.json's users or their passwords change (a
+    Kubernetes sidecar: the config and password Secrets are updated in place, and Cyrus
+    opens the database at every login, so the router needs no signal). A file missing or
+    half-swapped is reported and looked at again next time; this never exits by itself."""
+    last_error = ""
+    while True:
+        time.sleep(interval)
+        try:
+            path, changed = ensure_from_deployment(config_dir, flat_secrets)
+        except (OSError, ValueError, KeyError, SasldbError) as exc:
+            if str(exc) != last_error:  # once per distinct problem, not every interval
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+            last_error = str(exc)
+            continue
+        last_error = ""
+        if changed:
+            print(f"changed: {path}", flush=True)

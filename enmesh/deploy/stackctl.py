@@ -23,6 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from enmesh.control.management import Administrator, ManagementError, router_url, served
 from enmesh.deploy import observability
 from enmesh.deploy.smoke import Access, Stack, run_smoke
 
@@ -98,6 +99,12 @@ class Project:
         return Stack(deployment, self.build_dir, Path(endpoints["secrets"]), Path(endpoints["ca"]))
 
 
+def client_ca(endpoints: dict[str, Any], deployment: dict[str, Any]) -> str:
+    """The CA file to give clients: the copy installed on every router host, not the
+    deployer's PKI directory (where the CA's private key sits next to it)."""
+    return str(deployment.get("ca") or endpoints["ca"])
+
+
 def _try_it(endpoints: dict[str, Any], deployment: dict[str, Any], build_dir: Path) -> list[str]:
     """`enmesh send`/`receive` lines for the first anycast address someone may use."""
     first, last = deployment["routers"][0], deployment["routers"][-1]
@@ -110,7 +117,7 @@ def _try_it(endpoints: dict[str, Any], deployment: dict[str, Any], build_dir: Pa
         if sender is None or receiver is None:
             continue
         secret = {u["identity"]: u["secret"] for u in deployment["users"]}
-        common = f"--ca {endpoints['ca']} --count 3"
+        common = f"--ca {client_ca(endpoints, deployment)} --count 3"
         return [
             f"  .venv/bin/enmesh receive amqps://{last['host']}:{last['ports']['amqps']} "
             f"{entry['address']} --user {receiver} "
@@ -144,12 +151,14 @@ def describe(endpoints: dict[str, Any], deployment: dict[str, Any], build_dir: P
             f"{a['link']} ({a['type']})" for a in deployment["addresses"] if a["space"] == space
         ]
         lines.append(f"  {space}: {', '.join(addresses)}")
-    users = ", ".join(u["identity"] for u in deployment["users"])
+    lines += ["", "Users and their password files (mode 0600, on the deployer):"]
+    width = max((len(u["identity"]) for u in deployment["users"]), default=0)
+    for user in deployment["users"]:
+        password = f"{endpoints['secrets']}/{user['secret']}/password"
+        lines.append(f"  {user['identity']:<{width}}  {password}")
     lines += [
         "",
-        f"Users: {users}",
-        f"Passwords: {endpoints['secrets']}/<secret>/password (one file per user, mode 0600)",
-        f"CA certificate: {endpoints['ca']}",
+        f"CA certificate for clients (--ca): {client_ca(endpoints, deployment)}",
         "",
         *observability.describe_lines(deployment, endpoints),
         "",
@@ -206,9 +215,25 @@ def _reachable_routers(host: str, port: int) -> int | None:
     return int(match[1]) if match else None
 
 
+def _management_line(router: dict[str, Any], admin: Administrator | str) -> bool:
+    """What the router serves, as its stack administrator reads it through `$management`;
+    False if the administrator cannot log in or ask."""
+    if isinstance(admin, str):
+        print(f"        management: not asked: {admin}")
+        return True  # e.g. not root: the secret is unreadable, the router may well be fine
+    try:
+        found = served(router_url(router), admin)
+    except ManagementError as exc:
+        print(f"        management: FAILED: {exc}")
+        return False
+    print(f"        management ({admin.identity}): {found.line()}")
+    return True
+
+
 def status(project: Project) -> int:
     deployment = project.deployment
     healthy = True
+    admin = Administrator.of(deployment, Path(deployment["paths"]["secrets"]))
     expected_peers = len(deployment["routers"]) - 1
     for router in deployment["routers"]:
         host, ports = router["host"], router["ports"]
@@ -221,6 +246,8 @@ def status(project: Project) -> int:
             "metrics unreachable" if peers is None else f"{peers}/{expected_peers} peers reachable"
         )
         print(f"  {'up  ' if ok else 'DOWN'}  router {router['id']:<20} {host}  {detail}; {mesh}")
+        if "amqp" not in down_ports:
+            healthy &= _management_line(router, admin)
     for broker in deployment["brokers"]:
         host, ports = broker["host"], broker["ports"]
         down_ports = [

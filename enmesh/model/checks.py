@@ -24,6 +24,7 @@ from enmesh.model.kinds import (
 )
 from enmesh.model.problems import Problem
 from enmesh.model.source import SourceDocument
+from enmesh.suggest import suggest
 
 D = TypeVar("D", bound=Document)
 
@@ -284,6 +285,56 @@ def user_references(docs: Documents) -> Iterator[Problem]:
             )
 
 
+def _names_by_space(docs: Documents) -> dict[str, set[str]]:
+    """What a client may name in each space: its addresses and `topic::subscription`."""
+    names: dict[str, set[str]] = {}
+    for item in docs.addresses:
+        spec = item.doc.spec
+        names.setdefault(spec.addressSpace, set()).add(spec.address)
+        if spec.type is AddressType.SUBSCRIPTION and spec.topic is not None:
+            names[spec.addressSpace].add(f"{spec.topic}::{spec.address}")
+    return names
+
+
+def _unknown_pattern(pattern: str, space: str, known: set[str]) -> str:
+    hint = suggest(pattern, known) or f" (it has: {', '.join(sorted(known)) or 'no addresses'})"
+    return f"no address {pattern!r} in address space {space!r}{hint}"
+
+
+def _authorization_patterns(
+    docs: Documents,
+) -> Iterator[tuple[Located[MessagingUser], tuple[str | int, ...], str, set[str]]]:
+    names = _names_by_space(docs)
+    for item in docs.users:
+        spec = item.doc.spec
+        if spec.addressSpace not in docs.spaces_by_name:
+            continue  # reported by user_references
+        for i, rule in enumerate(spec.authorization):
+            for j, pattern in enumerate(rule.addresses):
+                path = ("spec", "authorization", i, "addresses", j)
+                yield item, path, pattern, names.get(spec.addressSpace, set())
+
+
+def user_authorizations(docs: Documents) -> Iterator[Problem]:
+    """A plain name a user is authorized for must exist: a typo there would lock the
+    user out of the address they meant, and only at run time."""
+    for item, path, pattern, known in _authorization_patterns(docs):
+        if not pattern.endswith("*") and pattern not in known:
+            message = _unknown_pattern(pattern, item.doc.spec.addressSpace, known)
+            yield item.problem(*path, message=message)
+
+
+def prefix_authorizations(docs: Documents) -> Iterator[Problem]:
+    """Warnings: a `prefix*` pattern that matches no address yet (maybe on purpose)."""
+    for item, path, pattern, known in _authorization_patterns(docs):
+        prefix = pattern.removesuffix("*")
+        if pattern.endswith("*") and not any(name.startswith(prefix) for name in known):
+            space = item.doc.spec.addressSpace
+            yield item.problem(
+                *path, message=f"pattern {pattern!r} matches no address in space {space!r} yet"
+            )
+
+
 ALL_CHECKS = (
     duplicate_names,
     plan_references,
@@ -291,8 +342,15 @@ ALL_CHECKS = (
     addresses_within_spaces,
     plan_limits,
     user_references,
+    user_authorizations,
 )
+WARNING_CHECKS = (prefix_authorizations,)
 
 
 def check(docs: Documents) -> list[Problem]:
     return [problem for run in ALL_CHECKS for problem in run(docs)]
+
+
+def warnings(docs: Documents) -> list[Problem]:
+    """What is allowed but probably not meant; `enmesh validate` prints these."""
+    return sorted(problem for run in WARNING_CHECKS for problem in run(docs))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from enmesh.gcpause import paused_gc
-from enmesh.model.checks import Documents, Located, check
+from enmesh.model.checks import Documents, Located, check, warnings
 from enmesh.model.kinds import (
     Address,
     AddressPlan,
@@ -46,6 +46,7 @@ class Model:
 
     tenants: tuple[Tenant, ...]  # sorted by name
     address_plans: dict[str, AddressPlan]
+    warnings: tuple[Problem, ...] = ()  # allowed, but probably not meant
 
     def tenant(self, name: str) -> Tenant:
         for tenant in self.tenants:
@@ -95,7 +96,11 @@ def _assemble(docs: Documents) -> Model:
         )
         for space in sorted((item.doc for item in docs.spaces), key=lambda s: s.name)
     )
-    return Model(tenants, {item.doc.name: item.doc for item in docs.address_plans})
+    return Model(
+        tenants,
+        {item.doc.name: item.doc for item in docs.address_plans},
+        tuple(warnings(docs)),
+    )
 
 
 def validate_files(paths: Iterable[Path]) -> list[Problem]:

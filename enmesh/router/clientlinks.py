@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, cast
 
 from proton import Condition, Link, Receiver, Sender
 
+from enmesh.router.addressing import best_match
 from enmesh.router.annotations import node_id, strips_in, strips_out
 from enmesh.router.forwarding import OutLink, set_address
 from enmesh.router.inlinks import InLink
 from enmesh.router.routing import DYNAMIC_PREFIX, WAYPOINT_PHASE_MARK
+from enmesh.suggest import suggest
 
 if TYPE_CHECKING:
     from enmesh.router.connecting import ConnectionInfo
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 
 MANAGEMENT_ADDRESS = "$management"
 UNAUTHORIZED = "amqp:unauthorized-access"
+NOT_FOUND = "amqp:not-found"
 UNAVAILABLE = "unavailable"  # an address distribution: attaches refused, as qdrouterd does
 
 
@@ -51,8 +54,8 @@ class ClientLinks:
         if group is not None and not (
             group.allows_source(address) if receiving else group.allows_target(address)
         ):
-            verb = "receive from" if receiving else "send to"
-            refuse(link, UNAUTHORIZED, f"no permission to {verb} {address!r}")
+            patterns = group.sources if receiving else group.targets
+            refuse(link, *self._refusal(info, address, receiving, patterns))
             return
         if address == MANAGEMENT_ADDRESS and self.router.management is not None:
             self._management_link(conn, info, link, receiving)
@@ -68,10 +71,26 @@ class ClientLinks:
         ):
             return
         if self.router.routing.semantics(internal).distribution == UNAVAILABLE:
-            refuse(link, "amqp:not-found", "Node not found")  # qdrouterd's words
+            refuse(link, NOT_FOUND, "Node not found")  # qdrouterd's words
             return
         add = self._add_consumer if receiving else self._add_producer
         add(info, link, internal, address)
+
+    def _refusal(
+        self, info: ConnectionInfo, address: str, receiving: bool, patterns: tuple[str, ...]
+    ) -> tuple[str, str]:
+        """Why a link the policy refuses is refused: an address no `address` or `linkRoute`
+        of the client's space serves is unknown (with the nearest ones the user may use),
+        anything else is not allowed."""
+        internal = info.internal(address)
+        config = self.router.config
+        served = best_match(config.addresses, internal) or best_match(config.link_routes, internal)
+        if served is None and not address.startswith(("$", DYNAMIC_PREFIX)):
+            where = f" in address space {info.vhost_name!r}" if info.vhost_name else ""
+            allowed = [p for p in patterns if not p.endswith("*") and not p.startswith("$")]
+            return NOT_FOUND, f"no address {address!r}{where}{suggest(address, allowed)}"
+        verb = "receive from" if receiving else "send to"
+        return UNAUTHORIZED, f"no permission to {verb} {address!r}"
 
     def _management_link(
         self, conn: ProtonSocket, info: ConnectionInfo, link: Link, receiving: bool

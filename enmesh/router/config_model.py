@@ -1,7 +1,7 @@
 """What a router config says, checked: one frozen dataclass per qdrouterd entity.
 
 Field names are the attributes' names in snake_case; defaults are qdrouterd's except
-where the README's router section says otherwise (`mode`).
+where docs/router.md says otherwise (`mode`).
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ class Endpoint:
     idle_timeout_seconds: int = 16  # 0: no idle timeout
     max_frame_size: int = 16384
     max_sessions: int = 32768
+    max_session_frames: int = 0  # 0: unbounded (enmesh.router.session_window)
     strip_annotations: StripAnnotations = StripAnnotations.BOTH
 
 

@@ -275,8 +275,10 @@ def _endpoint(role_default: str) -> tuple[Attribute, ...]:
         _a(
             "maxSessionFrames",
             "integer",
-            REFUSE,
-            "would bound each session's incoming window to this many frames",
+            IMPL,
+            "bounds each session's incoming window to this many frames (0: unbounded)",
+            default="0",
+            convert=v.integer(0, 2**31 - 1),
         ),
         _a(
             "idleTimeoutSeconds",

@@ -51,6 +51,7 @@ class ConnectionInfo:
     identity: int = 0
     opened_at: float | None = None  # time.monotonic() of the peer's open (management)
     strip: StripAnnotations = StripAnnotations.BOTH  # the listener's or connector's
+    session_frames: int = 0  # maxSessionFrames: every session's incoming window
     authenticated: Authenticated | None = None  # what an authServicePlugin's service said
 
     def internal(self, address: str) -> str:
@@ -117,6 +118,7 @@ class Connecting:
             multi_tenant=listener.multi_tenant,
             link_capacity=listener.link_capacity,
             strip=listener.strip_annotations,
+            session_frames=listener.max_session_frames,
         )
         screen = security.first_bytes_screen(listener.require_ssl or terminator is not None)
         sasl_screen = SaslInputScreen()
@@ -198,6 +200,7 @@ class Connecting:
             outgoing=True,
             link_capacity=connector.link_capacity,
             strip=connector.strip_annotations,
+            session_frames=connector.max_session_frames,
         )
         conn.connection.open()
         self._adopt(conn, info)

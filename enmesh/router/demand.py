@@ -79,14 +79,18 @@ def demand(router: Router, inbound: InLink, in_autolinks: int) -> int:
     return local + sum(_free(router.routing.transit_link(key, other)) for _, other in remote)
 
 
-def _reaches_every_queue(state: AddressState, configured: int) -> bool:
-    """Has this router a live broker link for each `in` autoLink configured for the key?"""
-    live = sum(
-        1
+def broker_sources(state: AddressState) -> list[InLink]:
+    """This router's live links from brokers (`in` autoLinks) for a stored key."""
+    return [
+        source
         for source in state.producers
         if source.destination_router is None and source.demand is not None and not source.closed
-    )
-    return 0 < configured <= live
+    ]
+
+
+def _reaches_every_queue(state: AddressState, configured: int) -> bool:
+    """Has this router a live broker link for each `in` autoLink configured for the key?"""
+    return 0 < configured <= len(broker_sources(state))
 
 
 def _free(out: OutLink | None) -> int:

@@ -74,33 +74,47 @@ class InLink:
         link.enmesh_in = self
 
     def on_delivery(self, delivery: Delivery) -> None:
+        """Read what has arrived, delivery after delivery.
+
+        Proton's `recv` reads the link's current delivery, which is not always the event's:
+        a later delivery can arrive whole while an earlier one is held off (Q2), and then
+        raises no event of its own. So work through `link.current` until one is still
+        arriving or held.
+        """
+        while (current := self.link.current) is not None and self._take(current):
+            pass
+
+    def _take(self, delivery: Delivery) -> bool:
+        """Read `delivery` (the link's current one); True once the link advanced past it."""
         if self.closed:  # sent before the peer saw that we let the link go: give it back
             self.link.recv(delivery.pending)
             if delivery.partial:
-                return
+                return False
             self.link.advance()
             if not delivery.settled:
                 delivery.update(RELEASED)
             delivery.settle()
-            return
+            return True
         if delivery.aborted:
             self._aborted(delivery)
-            return
+            return True
         if not delivery.readable:
-            return
+            return False
         if self.stream is not None and self.stream.held_off:
-            return  # Q2: proton keeps the bytes, and its session window closes behind them
-        chunk = self.link.recv(delivery.pending) or b""
+            return False  # Q2: proton keeps the bytes, and its session window closes behind them
         if self.arriving is not None:
-            self._more(delivery, chunk)
-            return
+            # No more than Q2 allows: the rest stays with proton (bounded by the session
+            # window) until the copies have taken what the router holds.
+            room = streaming.Q2_UPPER - self.stream.buffered if self.stream else delivery.pending
+            return self._more(delivery, self.link.recv(max(room, 1)) or b"")
+        chunk = self.link.recv(delivery.pending) or b""
         if delivery.partial:
             if self.partial is None:
                 self.partial = bytearray()
             self.partial += chunk  # in place: a long message must not copy itself per frame
-            if streaming.ENABLED and len(self.partial) >= streaming.Q2_UPPER:
+            if len(self.partial) >= streaming.Q2_UPPER:
                 self._start_stream(delivery)
-            return
+            return False
         buffered, self.partial = self.partial, None
         data = bytes(buffered + chunk) if buffered is not None else bytes(chunk)
         self.link.advance()
@@ -113,8 +127,9 @@ class InLink:
         if isinstance(found, Exception):
             _refuse_message(delivery, presettled, found)
             self.refresh()
-            return
+            return True
         self._route_new(Held(data, self, None if presettled else delivery, ann=found))
+        return True
 
     def _count(self, delivery: Delivery) -> bool:
         """Count a new delivery; is it presettled?"""
@@ -172,12 +187,12 @@ class InLink:
         )
         self._route_new(self.streamed)
 
-    def _more(self, delivery: Delivery, chunk: bytes) -> None:
-        """More of a streaming (or refused) message; at its end, settle what is due."""
+    def _more(self, delivery: Delivery, chunk: bytes) -> bool:
+        """More of a streaming (or refused) message; at its end (True), settle what is due."""
         if self.stream is not None:
             self.stream.append(chunk)
-        if delivery.partial:
-            return
+        if delivery.partial or delivery.pending:
+            return False  # more to come, or more than Q2 let us read yet
         self.link.advance()
         stream, held, refusal, deferred = self.stream, self.streamed, self.refusal, self.deferred
         self._end_stream()
@@ -192,6 +207,7 @@ class InLink:
         elif deferred is not None and held is not None:
             held.settle_origin(*deferred)  # settled by its consumer before it all arrived
         self.refresh()
+        return True
 
     def _end_stream(self) -> None:
         self.arriving = self.stream = self.streamed = self.refusal = self.deferred = None
@@ -219,10 +235,9 @@ class InLink:
         return True
 
     def unpark(self) -> None:
-        """Q2 released: read what proton has buffered for the current delivery."""
-        current = self.link.current
-        if not self.closed and current is not None:
-            self.on_delivery(current)
+        """Q2 released: read what proton has buffered since."""
+        if not self.closed and self.link.current is not None:
+            self.on_delivery(self.link.current)
 
     def retry(self) -> None:
         """Route held messages in order, as far as destinations take them."""

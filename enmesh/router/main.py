@@ -60,6 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         " built-in defaults without it)",
     )
     parser.add_argument(
+        "--watch-config",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="also reload when the files' contents change, checked every SECONDS (for a "
+        "Kubernetes Secret or ConfigMap updated in place; default 0: on SIGHUP only)",
+    )
+    parser.add_argument(
         "--log-level",
         choices=["debug", "info", "warning"],
         help="overrides the config's log DEFAULT enable (default: that, else info)",
@@ -108,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     router.reloader = Reloader(live, args.config, args.admission)
     router.reloader.install()  # SIGHUP: re-read the files, apply the difference
+    if args.watch_config > 0:
+        router.reloader.watch(args.watch_config)
     loop.install_signal_wakeup()
     log.info("router %s started", config.router.id)
     profile_to = os.environ.get("ENMESH_ROUTER_PROFILE")

@@ -3,7 +3,7 @@ only the difference.
 
 The one core behind both front doors: a config reload (SIGHUP, `reload`) and AMQP
 management writes (`management_writes`). What each change does while clients stay
-connected (README "Live changes"):
+connected (docs/router.md "Live changes"):
 
 - addresses: new attaches get the new distribution and phases; the address's existing
   links keep theirs until they detach (as qdrouterd, whose links keep their phase);

@@ -7,6 +7,15 @@ files' digests are kept, so a deployer (`enmesh apply`) can wait for the reload 
 and check which files the router runs: /metrics has
 `enmesh_router_config_reloads_total{result="ok|failed"}` and
 `enmesh_router_config_info{sha256="...",policy_sha256="..."} 1`.
+
+With `--watch-config SECONDS` the router also reloads by itself when the files' contents
+change, the way Kubernetes updates a mounted Secret or ConfigMap: kubelet writes the new
+files into a fresh directory and swaps the `..data` symlink, so every path the config
+names resolves to the new bytes at once, and no signal can be sent from outside the pod.
+The check is a sha256 of the same files every SECONDS (a few KB read; no inotify, which
+would need a dependency and a watch on the symlink's directory rather than the file). A
+change is reloaded exactly as SIGHUP reloads it; contents the router refused are not
+retried until they change again.
 """
 
 from __future__ import annotations
@@ -49,11 +58,44 @@ class Reloader:
         self.results: Counter[str] = Counter({"ok": 0, "failed": 0})
         self.sha256 = config_sha256(config_path)
         self.policy_sha256 = policy_sha256(live.router.config)
+        self.admission_sha256 = self._admission_sha256()
         self._pending = False
+        self._refused: tuple[str, str, str] | None = None  # digests of files refused
 
     def install(self) -> None:
         """Reload on SIGHUP. The handler only schedules: the work runs in the loop."""
         signal.signal(signal.SIGHUP, self._on_signal)
+
+    def watch(self, interval: float) -> None:
+        """Reload whenever the files' contents change, looked at every `interval` s."""
+        loop = self.live.router.loop
+
+        def poll() -> None:
+            try:
+                now = self._on_disk()
+            except OSError:  # a file missing for a moment: look again next time
+                now = None
+            if now is not None and now != self._loaded() and now != self._refused:
+                log.info("config files changed on disk: reloading %s", self.config_path)
+                self._refused = None if self.reload() else now
+            loop.call_later(interval, poll)
+
+        loop.call_later(interval, poll)
+
+    def _admission_sha256(self) -> str:
+        if self.admission_path is None:
+            return EMPTY_SHA256
+        return config_sha256(self.admission_path)
+
+    def _on_disk(self) -> tuple[str, str, str]:
+        return (
+            config_sha256(self.config_path),
+            policy_sha256(self.live.router.config),
+            self._admission_sha256(),
+        )
+
+    def _loaded(self) -> tuple[str, str, str]:
+        return self.sha256, self.policy_sha256, self.admission_sha256
 
     def _on_signal(self, _signum: int, _frame: object) -> None:
         if not self._pending:
@@ -86,6 +128,7 @@ class Reloader:
         for change in changes:
             log.info("reload: %s", change)
         self.sha256, self.policy_sha256 = digest, policy_sha256(config)
+        self.admission_sha256 = self._admission_sha256()
         self.results["ok"] += 1
         log.info(
             "reload of %s: ok, %d change%s (sha256 %s)",

@@ -25,7 +25,7 @@ from typing import Any
 
 from proton import Connection, Delivery, Endpoint, Event, Link, Session
 
-from enmesh.router import endpoints, peerinput, security, streaming, tally
+from enmesh.router import endpoints, peerinput, security, session_window, streaming, tally
 from enmesh.router.admission import Admission, AdmissionSettings
 from enmesh.router.brokerlinks import BrokerLinks
 from enmesh.router.clientlinks import ClientLinks, refuse
@@ -39,6 +39,7 @@ from enmesh.router.connecting import (
     ConnectorState,
     listener_name,
 )
+from enmesh.router.drain import StoredDrain
 from enmesh.router.engine import Acceptor, Loop, ProtonSocket
 from enmesh.router.forwarding import AddressState, OutLink
 from enmesh.router.inlinks import InLink
@@ -83,6 +84,7 @@ class Router:
         self.client_links = ClientLinks(self)
         self.mesh_links = MeshLinks(self)
         self.routing = Routing(self)
+        self.stored_drain = StoredDrain(self)
         sasl_path = config.router.sasl_config_dir
         self.sasl = security.SaslSettings(
             str(sasl_path) if sasl_path else None, config.router.sasl_config_name
@@ -104,6 +106,7 @@ class Router:
         session: Session | None = conn.context.get("session")
         if session is None:
             session = conn.connection.session()
+            session_window.bound(session, conn.context["info"].session_frames)
             session.open()
             conn.context["session"] = session
         return session
@@ -184,8 +187,11 @@ class Router:
     def _on_session_remote_open(self, conn: ProtonSocket, event: Event) -> None:
         if _connection(event).state & Endpoint.LOCAL_CLOSED:
             return  # refused connection: its queued begins and attaches get no answer
-        if _session(event).state & LOCAL_UNINIT:
-            _session(event).open()
+        session = _session(event)
+        if session.state & LOCAL_UNINIT:
+            info: ConnectionInfo = conn.context["info"]
+            session_window.bound(session, info.session_frames)
+            session.open()
 
     def _on_link_remote_open(self, conn: ProtonSocket, event: Event) -> None:
         link = _link(event)
@@ -213,12 +219,15 @@ class Router:
             out.pump()
             self.link_routes.on_flow(link)
             self.routing.retry_key(out.key)
-            if link.drain_mode and not out.waiting:
+            if link.drain_mode and not out.waiting and not self.stored_drain.start(out):
                 link.drained()  # nothing to send now: give the consumer its credit back
                 self.routing.retry_key(out.key)  # credit given back is no longer demand for stored
         elif getattr(link, "enmesh_control_sender", False):
             self.mesh_links.send_control(conn)
         else:
+            inbound: InLink | None = getattr(link, "enmesh_in", None)
+            if inbound is not None and inbound.key in self.stored_drain.waiting:
+                self.stored_drain.on_source_flow(inbound)
             self.link_routes.on_flow(link)
 
     def _on_delivery(self, conn: ProtonSocket, event: Event) -> None:

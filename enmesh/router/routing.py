@@ -11,6 +11,7 @@ once idle) when its path or its destination's interest goes.
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import TYPE_CHECKING
 
 from proton import Link
@@ -21,6 +22,8 @@ from enmesh.router.annotations import node_id
 from enmesh.router.forwarding import RELEASED, AddressState, Held, OutLink, choose_balanced
 from enmesh.router.inlinks import InLink
 from enmesh.router.outcomes import Fanout
+
+_TRANSIT_SERIAL = itertools.count(1)
 
 if TYPE_CHECKING:
     from enmesh.router.router import Router
@@ -245,7 +248,11 @@ class Routing:
         conn = self.router.neighbours.get(hop) if hop else None
         if conn is None or conn.closed:
             return None
-        sender = self.router.session_of(conn).sender(f"transit/{destination}/{key}")
+        # A name of its own per attach: the previous link for the same key may still be
+        # detaching at the next router (a stream it was reading), and AMQP forbids a second
+        # attach of a name still attached there.
+        name = f"transit/{destination}/{key}/{next(_TRANSIT_SERIAL)}"
+        sender = self.router.session_of(conn).sender(name)
         sender.target.address = f"{TRANSIT_PREFIX}{destination}/{key}"
         sender.open()
         out = OutLink(sender, key, conn.context["info"].link_capacity)

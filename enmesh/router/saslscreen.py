@@ -10,7 +10,7 @@ not dispatched at all, so the screen refuses a response before the init, and a s
 init (AMQP 1.0 part 5.3.2 allows one).
 
 The screen reads plaintext only: inside TLS (amqps) the SASL frames are encrypted
-and proton decrypts them itself, so there this stays proton's bug (see README).
+and proton decrypts them itself, so there this stays proton's bug (see docs/router.md).
 """
 
 from __future__ import annotations

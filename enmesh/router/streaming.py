@@ -8,10 +8,9 @@ come. Copies share one `Stream`; bytes every copy has handed to proton are dropp
 
 - Q2: when more than `Q2_UPPER` bytes of a message are buffered (not yet taken by
   every copy), the router stops reading it from proton (no `recv`) until they drop
-  below `Q2_LOWER`. Not done yet: bounding the session's incoming window, so that proton
-  stops granting the sender window instead of buffering the rest itself (with a bounded
-  incoming capacity proton 0.40 stopped reopening the window after deliveries the router
-  settles at once, e.g. presettled ones: tests/router/test_direct.py caught it).
+  below `Q2_LOWER`. Proton then buffers what keeps arriving up to the session's incoming
+  window, which `maxSessionFrames` bounds (enmesh.router.session_window); beyond it the
+  sender waits.
 - Q3: bytes are handed to an outgoing link only while its session holds less than
   `Q3_UPPER` unsent bytes (`pn_session_outgoing_bytes`), resuming below `Q3_LOWER`: a
   receiver that grants no session window, or a socket that does not drain, stops the
@@ -22,15 +21,10 @@ So the router's own buffers for a stalled receiver are about Q2 + Q3 per message
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-# Off: sustained 1 MB messages across an inter-router hop stall after some tens of
-# messages (benchmarks/router_large.py; one router alone is fine). Until that is found,
-# large messages are buffered whole, as before. ENMESH_ROUTER_STREAMING=1 turns it on.
-ENABLED = os.environ.get("ENMESH_ROUTER_STREAMING") == "1"
 BUFFER = 512  # qdrouterd's qd_buffer_t
 Q2_UPPER, Q2_LOWER = 256 * BUFFER, 128 * BUFFER  # QD_QLIMIT_Q2_UPPER / _LOWER, in bytes
 Q3_LOWER = 2 * 256 * BUFFER  # QD_QLIMIT_Q3_LOWER (Q2 upper x 2), in bytes

@@ -13,7 +13,7 @@ from enmesh.router.policy import Vhost, VhostGroup
 from enmesh.router.saslrelay import Authenticated
 
 # qdrouterd's policy `defaultVhost`: the policy of clients whose hostname names no vhost.
-# enmesh stacks put their administrator there (README "Live changes").
+# enmesh stacks put their administrator there (docs/router.md "Live changes").
 DEFAULT_VHOST = "$default"
 UNKNOWN_GROUP = "$unknown"  # admitted by allowUnknownUser, with no rights at all
 AUTHZ_GROUP = "$authz"  # the rights an auth service sent (authServicePlugin)
@@ -48,7 +48,8 @@ def admit(
     A user an auth service vouched for with permissions (`address-authz`) is not listed in
     any vhost policy: their identity `<user>@<space>` names the one space they may use,
     and the permissions replace the policy's group."""
-    vhost = vhosts.get(hostname) or vhosts.get(DEFAULT_VHOST)
+    named = vhosts.get(hostname)
+    vhost = named or vhosts.get(DEFAULT_VHOST)
     if vhost is None:
         return f"no address space {hostname!r} (set the AMQP hostname)"
     if authenticated is not None and authenticated.authz is not None:
@@ -57,6 +58,8 @@ def admit(
         return Admitted(vhost, authz_group(authenticated.authz))
     group = vhost.group_for(user)
     if group is None and not vhost.allow_unknown_user:
+        if named is None:  # the default vhost serves only its members (the administrator)
+            return f"no address space {hostname!r} (set the AMQP hostname)"
         return f"user {user!r} may not use address space {vhost.hostname!r}"
     return Admitted(vhost, group or VhostGroup(name=UNKNOWN_GROUP))
 

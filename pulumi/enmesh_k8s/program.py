@@ -83,6 +83,7 @@ def build() -> dict[str, Any]:
         config=config,
         tls_secret=tls.secret_names["router"],
         credentials=secrets,
+        passwords=credentials.passwords,
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[ns, credentials]),
     )
     brokers = BrokerCluster(

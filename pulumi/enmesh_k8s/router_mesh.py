@@ -1,26 +1,34 @@
 """`RouterMesh`: the compiled router configs running as a StatefulSet.
 
 Pod `<stack>-router-<i>` runs `routers/<stack>-router-<i>.conf` (its compiled id is its pod
-name). The configs live in a Secret whose name carries their content hash: a model change
-makes a new Secret, the pod template points at it and the routers roll one by one. An init
-container builds the SASL database from the users' Secrets with `enmesh deploy sasldb`.
+name). The configs live in one Secret, `<stack>-router-config`, updated in place by a model
+change; enmesh-router watches its mounted files and reloads them live (`enmesh.k8s.live`).
+The pod template carries a hash of only what a reload cannot change (the router's identity
+and listeners, or everything for an engine that cannot reload), so only such a change rolls
+the routers, one by one. An init container builds the SASL database with `enmesh deploy
+sasldb` from `<stack>-router-users` (every login's password, updated in place), and a
+sidecar rebuilds it when users or passwords change: a new user rolls no pod either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import PurePosixPath
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from enmesh.deploy.sasldb import flat_secret_key
+from enmesh.k8s import live
 from enmesh.k8s.config import KubeStackConfig, RouterEngine
 from enmesh.k8s.layout import PATHS, PORTS, KubeLayout
 from enmesh_k8s import workload as w
 
 core = k8s.core.v1
+USERS_DIR = "/etc/enmesh-users"  # every login's password, `<secret>_<key>`
+SASLDB_WATCH_SECONDS = 5
 ROUTER_USER = 10000  # skupper-router's and enmesh's images both run as this uid
-CONFIG_PREFIXES = ("routers/", "auth/", "deploy.json")
 COMMANDS = {
     RouterEngine.SKUPPER_ROUTER: ["skrouterd", "-c"],
     RouterEngine.QDROUTERD: ["qdrouterd", "-c"],
@@ -30,7 +38,12 @@ COMMANDS = {
 EXTRA_ARGS: dict[RouterEngine, list[str]] = {
     RouterEngine.SKUPPER_ROUTER: [],
     RouterEngine.QDROUTERD: [],
-    RouterEngine.ENMESH_ROUTER: ["--admission", f"{PATHS.config}/auth/admission.json"],
+    RouterEngine.ENMESH_ROUTER: [
+        "--admission",
+        f"{PATHS.config}/auth/admission.json",
+        "--watch-config",  # the Secret is updated in place: reload what kubelet swaps in
+        str(live.WATCH_SECONDS),
+    ],
 }
 
 
@@ -47,27 +60,34 @@ class RouterMesh(pulumi.ComponentResource):
         config: KubeStackConfig,
         tls_secret: pulumi.Input[str],
         credentials: Mapping[str, str],  # Secret name -> key, mounted under PATHS.secrets
+        passwords: Mapping[str, pulumi.Input[str]],  # Secret name -> its password
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("enmesh:k8s:RouterMesh", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         names, namespace = layout.names, layout.names.namespace
         selector = w.labels(names.stack, "router")
-        files = {
-            path: text
-            for path, text in layout.artefacts.files.items()
-            if path.startswith(CONFIG_PREFIXES)
-        }
-        config_hash = layout.artefacts.content_hash(*CONFIG_PREFIXES)
-        config_secret = core.Secret(
+        files = live.config_files(layout.artefacts.files)
+        restart_hash = live.restart_hash(layout.artefacts.files, config.routerEngine)
+        config_secret = core.Secret(  # one name, updated in place: no new pod template
             f"{name}-config",
-            metadata=w.metadata(f"{names.router}-config-{config_hash}", namespace, selector),
+            metadata=w.metadata(f"{names.router}-config", namespace, selector),
             type="Opaque",
             string_data={w.secret_file_key(path): text for path, text in files.items()},
-            immutable=True,
             opts=child,
         )
         self.config_secret_name = config_secret.metadata.apply(lambda m: str(m.name))
+        # Every login's password in one Secret mounted whole: a new user changes its
+        # contents, not the pod template; a sidecar rebuilds the SASL database from it.
+        logins = _login_secrets(layout.deployment)
+        users_secret = core.Secret(
+            f"{name}-users",
+            metadata=w.metadata(f"{names.router}-users", namespace, selector),
+            type="Opaque",
+            string_data={flat_secret_key(s, credentials[s]): passwords[s] for s in logins},
+            opts=child,
+        )
+        services = {s: k for s, k in credentials.items() if s not in logins}
         account = w.service_account(names.router, namespace, selector, False, child)
         core.Service(
             f"{name}-mesh",
@@ -103,14 +123,15 @@ class RouterMesh(pulumi.ComponentResource):
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
                 template=core.PodTemplateSpecArgs(
                     metadata=k8s.meta.v1.ObjectMetaArgs(
-                        labels=selector, annotations={"enmesh.io/config-hash": config_hash}
+                        labels=selector, annotations={"enmesh.io/restart-hash": restart_hash}
                     ),
                     spec=self._pod(
                         layout=layout,
                         config=config,
                         config_secret=config_secret,
+                        users_secret=users_secret,
                         tls_secret=tls_secret,
-                        credentials=credentials,
+                        credentials=services,
                         account=account,
                     ),
                 ),
@@ -152,6 +173,7 @@ class RouterMesh(pulumi.ComponentResource):
         layout: KubeLayout,
         config: KubeStackConfig,
         config_secret: core.Secret,
+        users_secret: core.Secret,
         tls_secret: pulumi.Input[str],
         credentials: Mapping[str, str],
         account: core.ServiceAccount,
@@ -159,11 +181,12 @@ class RouterMesh(pulumi.ComponentResource):
         tls_dir = str(PurePosixPath(layout.deployment["ca"]).parent)
         sasldb_dir = str(PurePosixPath(layout.deployment["sasldb"]).parent)
         secret_name = config_secret.metadata.apply(lambda m: str(m.name))
-        files = sorted(p for p in layout.artefacts.files if p.startswith(CONFIG_PREFIXES))
+        files = sorted(live.config_files(layout.artefacts.files))
         volumes = [
             w.files_volume("config", secret_name, files),
             w.tls_volume("tls", tls_secret),
             _credentials_volume("credentials", credentials),
+            w.tls_volume("users", users_secret.metadata.apply(lambda m: str(m.name))),
             w.empty_dir("sasldb"),
             w.empty_dir("tmp"),
         ]
@@ -173,12 +196,30 @@ class RouterMesh(pulumi.ComponentResource):
             w.mount("tmp", "/tmp", read_only=False),
         ]
         conf = f"{PATHS.config}/routers/$(POD_NAME).conf"
+        build = ["enmesh", "deploy", "sasldb", "--config-dir", PATHS.config]
+        build += ["--flat-secrets", USERS_DIR]
+        sasldb_mounts = [
+            *config_mounts,
+            w.mount("users", USERS_DIR),
+            w.mount("sasldb", sasldb_dir, read_only=False),
+        ]
         sasldb = core.ContainerArgs(
             name="sasldb",
             image=config.toolsImage,
-            command=["enmesh", "deploy", "sasldb", "--config-dir", PATHS.config],
-            volume_mounts=[*config_mounts, w.mount("sasldb", sasldb_dir, read_only=False)],
+            command=build,
+            volume_mounts=sasldb_mounts,
             resources=w.resources("100m", "128Mi"),
+            security_context=w.container_security(),
+        )
+        # A native sidecar (an init container that keeps running, Kubernetes >= 1.29):
+        # users and passwords changed in place reach the database within seconds.
+        sasldb_sync = core.ContainerArgs(
+            name="sasldb-sync",
+            image=config.toolsImage,
+            command=[*build, "--watch", str(SASLDB_WATCH_SECONDS)],
+            restart_policy="Always",
+            volume_mounts=sasldb_mounts,
+            resources=w.resources("50m", "96Mi"),
             security_context=w.container_security(),
         )
         router = core.ContainerArgs(
@@ -205,11 +246,19 @@ class RouterMesh(pulumi.ComponentResource):
             automount_service_account_token=False,
             security_context=w.pod_security(ROUTER_USER),
             affinity=w.spread(w.labels(layout.names.stack, "router")),
-            init_containers=[sasldb],
+            init_containers=[sasldb, sasldb_sync],
             containers=[router],
             volumes=volumes,
             termination_grace_period_seconds=30,
         )
+
+
+def _login_secrets(deployment: Mapping[str, Any]) -> list[str]:
+    """The Secrets of everyone who logs in to the routers: users and the administrator."""
+    found = {u["secret"] for u in deployment["users"]}
+    if "administrator" in deployment:
+        found.add(deployment["administrator"]["secret"])
+    return sorted(found)
 
 
 def _port_name(key: str) -> str:

@@ -51,15 +51,42 @@ def simulate_arguments(parser: argparse.ArgumentParser) -> None:
         help="timestamp of the first reading (default: now); fixed with --seed, the same run",
     )  # fmt: skip
     parser.add_argument(
+        "--progress", type=float, default=5.0, metavar="SECONDS",
+        help="print sent/accepted/rate to stderr this often (default 5; 0: never)",
+    )  # fmt: skip
+    parser.add_argument(
         "--no-pace", action="store_true",
         help="send as fast as the mesh takes them (timestamps still step at the rate)",
     )  # fmt: skip
 
 
 def report_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, help="the telemetry job's output")
-    parser.add_argument("--dest", type=Path, help="report directory (default: OUT/report)")
+    parser.add_argument(
+        "--data", type=Path, metavar="DIR",
+        help="the telemetry job's output directory (Parquet), to read",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", "--dest", type=Path, metavar="DIR", dest="out",
+        help="report directory, to write (default: DATA/report). --dest is its old name",
+    )  # fmt: skip
     parser.add_argument(
         "--device", action="append", metavar="NAME", help="report this device (repeatable)"
     )
     parser.add_argument("--max-devices", type=positive(int), default=20, metavar="N")
+
+
+def report_directories(args: argparse.Namespace) -> tuple[Path, Path, str | None]:
+    """(data, report dir, a note for the user) from `enmesh report`'s options.
+
+    Before `--data` existed, `--out` named the job's output (the input here) and `--dest`
+    the report: `--out` alone keeps that old meaning, with a note saying the new one.
+    """
+    if args.data is not None:
+        return args.data, args.out or args.data / "report", None
+    if args.out is None:
+        raise argparse.ArgumentTypeError("needs --data DIR (the telemetry job's output)")
+    note = (
+        f"note: reading {args.out} as the job's output (--out alone, its old meaning); "
+        f"say --data {args.out} (and --out DIR for the report) from now on"
+    )
+    return args.out, args.out / "report", note

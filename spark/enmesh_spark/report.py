@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 from matplotlib.axes import Axes
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-from enmesh_spark.options import report_arguments
+from enmesh_spark.options import report_arguments, report_directories
 
 Table = Any  # a pyarrow.Table: pyarrow ships no type information
 READING_STYLE: dict[str, Any] = {"color": "tab:blue", "linewidth": 0.8, "label": "reading"}
@@ -60,7 +61,7 @@ def _read(out: Path, name: str, columns: list[str]) -> Table | None:
 
 
 def load(out: Path) -> Tables:
-    readings = _read(out, "readings", ["device", "ts", "temperature"])
+    readings = _read(out, "readings", ["device", "ts", "temperature", "humidity"])
     if readings is None:
         raise ReportError(f"no readings under {out / 'readings'}: run the telemetry job first")
     return Tables(
@@ -122,10 +123,14 @@ def _plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def _steps(windows: Table) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]:
-    """(x, mean, p95) drawing each window flat over its span; a gap between windows (a
-    minute without readings) breaks the line instead of bridging it."""
+def _steps(
+    windows: Table, first: np.datetime64, last: np.datetime64
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]:
+    """(x, mean, p95) drawing each window flat over its span, cut to the readings' time
+    range [first, last] (a window starts on the minute, its readings maybe much later); a
+    gap between windows (a minute without readings) breaks the line instead of bridging it."""
     starts, ends = _times(windows, "window_start"), _times(windows, "window_end")
+    starts, ends = np.maximum(starts, first), np.minimum(ends, last)
     x = np.column_stack([starts, ends]).ravel()
     gaps = np.flatnonzero(starts[1:] != ends[:-1]) + 1
     x = np.insert(x, 2 * gaps, ends[gaps - 1])
@@ -136,9 +141,20 @@ def _steps(windows: Table) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDAr
     return x, values("mean"), values("p95")
 
 
-def _series(ax: Axes, rows: Table | None, **style: Any) -> None:
+def _series(ax: Axes, rows: Table | None, column: str = "temperature", **style: Any) -> None:
     if rows is not None:  # an empty plot would still get a legend entry
-        ax.plot(_times(rows, "ts"), rows["temperature"].to_numpy(), **style)
+        ax.plot(_times(rows, "ts"), rows[column].to_numpy(zero_copy_only=False), **style)
+
+
+def _humidity(ax: Axes, rows: Table | None) -> list[Any]:
+    """Humidity on its own axis at the right (another unit); its legend handles."""
+    if rows is None or rows["humidity"].null_count == rows.num_rows:
+        return []
+    right = ax.twinx()
+    right.set_ylabel("humidity (%)")
+    style = {"color": "tab:cyan", "linewidth": 0.8, "alpha": 0.7, "label": "humidity"}
+    _series(right, rows, "humidity", **style)
+    return list(right.get_legend_handles_labels()[0])
 
 
 def _time_axis(ax: Axes) -> None:
@@ -152,15 +168,18 @@ def device_figure(device: str, tables: Tables) -> Figure:
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
     _time_axis(ax)
-    _series(ax, _rows(tables.readings, device, "ts"), **READING_STYLE)
+    readings = _rows(tables.readings, device, "ts")
+    _series(ax, readings, **READING_STYLE)
     windows = _rows(tables.windows, device, "window_start")
-    if windows is not None:
-        x, mean, p95 = _steps(windows)
+    if windows is not None and readings is not None:
+        times = _times(readings, "ts")
+        x, mean, p95 = _steps(windows, times[0], times[-1])
         ax.plot(x, mean, color="tab:green", label="1 min mean")
         ax.plot(x, p95, color="tab:orange", linestyle="--", label="1 min p95")
     _series(ax, _rows(tables.anomalies, device, "ts"), **ANOMALY_STYLE)
     ax.set(title=f"device {_plain(device)}", xlabel="time (UTC)", ylabel="temperature (°C)")
-    ax.legend(loc="upper left")
+    handles = list(ax.get_legend_handles_labels()[0]) + _humidity(ax, readings)
+    ax.legend(handles=handles, loc="upper left")
     return fig
 
 
@@ -168,8 +187,11 @@ def _bars(ax: Axes, counts: dict[str, int], title: str, colour: str) -> None:
     ax.bar([_plain(key) for key in counts], list(counts.values()), color=colour)
     ax.set_title(title)
     ax.tick_params(axis="x", labelrotation=45)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no 0.2 steps
+    ax.set_ylim(0, max([1, *counts.values()]) * 1.05)  # all zero: 0 to 1, not -0.06 to 0.06
     if not counts:
         ax.text(0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticks([])  # no bars: matplotlib would label -0.04 ... 0.04
 
 
 def summary_figure(index: dict[str, Any]) -> Figure:
@@ -181,8 +203,21 @@ def summary_figure(index: dict[str, Any]) -> Figure:
     _bars(quarantine, index["quarantine"], "quarantined records by reason", "tab:gray")
     omitted = index["devices_omitted"]
     limit = f"; {omitted} more not shown (max devices)" if omitted else ""
-    fig.suptitle(f"enmesh telemetry: {len(devices)} of {index['devices_known']} devices{limit}")
+    totals, span = index["totals"], index["time_range"]
+    fig.suptitle(
+        f"enmesh telemetry: {len(devices)} of {index['devices_known']} devices{limit}\n"
+        f"{totals['readings']} readings, {totals['anomalies']} anomalies, "
+        f"{totals['quarantined']} quarantined; {span['first']} to {span['last']} UTC"
+    )
     return fig
+
+
+def _time_range(readings: Table) -> dict[str, str]:
+    times = _times(readings, "ts")
+    return {
+        edge: str(np.datetime_as_string(value, unit="s")).replace("T", " ")
+        for edge, value in (("first", times.min()), ("last", times.max()))
+    }
 
 
 def _write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
@@ -216,6 +251,12 @@ def render_report(
         "devices_known": len(readings),
         "devices_omitted": len(candidates) - len(selected),  # by max_devices
         "quarantine": _counts(tables.quarantine, "reason"),
+        "time_range": _time_range(tables.readings),
+    }
+    index["totals"] = {
+        "readings": sum(readings.values()),
+        "anomalies": sum(anomalies.values()),
+        "quarantined": sum(index["quarantine"].values()),
     }
     dest.mkdir(parents=True, exist_ok=True)
     written = []
@@ -232,9 +273,15 @@ def render_report(
 
 
 def run(args: argparse.Namespace) -> int:
-    dest = args.dest or args.out / "report"
     try:
-        written = render_report(args.out, dest, args.device, args.max_devices)
+        data, dest, note = report_directories(args)
+    except argparse.ArgumentTypeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if note:
+        print(note, file=sys.stderr)
+    try:
+        written = render_report(data, dest, args.device, args.max_devices)
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

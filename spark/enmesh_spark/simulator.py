@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import random
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -186,7 +187,16 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> int:
     )  # fmt: skip
     paced = None if args.no_pace else total_rate
     timeout = endpoint.timeout + (0 if paced is None else args.duration)
-    client = send_messages(replace(endpoint, timeout=timeout), messages(readings), paced)
+    every = args.progress or None
+    print(
+        f"sending {len(readings)} readings of {args.devices} devices to {endpoint.address}"
+        + (f" at {total_rate:g}/s" if paced else " as fast as the mesh takes them")
+        + (f"; progress every {every:g} s" if every else ""),
+        file=sys.stderr, flush=True,
+    )  # fmt: skip
+    client = send_messages(
+        replace(endpoint, timeout=timeout), messages(readings), paced, progress_every=every
+    )
     malformed = sum(1 for r in readings if r.reason)
     spikes = sum(1 for r in readings if r.spike)
     outcomes = ", ".join(f"{n} {state}" for state, n in client.outcomes.items() if n)

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from proton import LinkException
 
 from tests.support.amqp import Account, Scenario
 from tests.support.mesh import Mesh, build_mesh
@@ -40,6 +41,18 @@ def account(mesh: Mesh, router: int, identity: str, tls: bool = False) -> Accoun
     return Account(
         mesh.url(router, tls), identity, mesh.passwords[identity], vhost, mesh.ca, mechanisms
     )
+
+
+def sender_refusal(mesh: Mesh, identity: str, address: str) -> str | None:
+    """None if `identity` may attach a sender to `address` on router 0, else the refusal."""
+    connection = account(mesh, 0, identity).blocking()
+    try:
+        connection.create_sender(address)
+    except LinkException as exc:
+        return str(exc)
+    finally:
+        connection.close()
+    return None
 
 
 class ConsumerFirst(Scenario):

@@ -56,9 +56,9 @@ spec:
   addressSpace: relay
   username: app
   authentication: {passwordSecret: {name: relay-app, key: password}}
-  authorization:
-    - {operations: [send], addresses: [red, green, blue, nowhere, closed]}
-    - {operations: [recv], addresses: [red, green, blue, secret, closed]}
+  authorization:  # closed is no model address, only router config: validate takes a prefix
+    - {operations: [send], addresses: [red, green, blue, nowhere, "closed*"]}
+    - {operations: [recv], addresses: [red, green, blue, secret, "closed*"]}
 """
 )
 UNAVAILABLE = "\naddress {\n    distribution: unavailable\n    prefix: relay/closed\n}\n"

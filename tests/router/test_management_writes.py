@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from proton import ConnectionException, LinkException
 
-from tests.router.conftest import account
+from tests.router.conftest import account, sender_refusal
 from tests.support.amqp import Account
 from tests.support.mesh import Mesh, build_mesh, wait_until
 from tests.support.qdmanage import ADMINISTRATOR, Qdmanage, add_administrator, rows
@@ -33,21 +33,9 @@ def _addresses(client: Qdmanage) -> dict[str, dict[str, Any]]:
     return {row["prefix"]: row for row in rows(client.query("address"))}
 
 
-def _sender_refusal(mesh: Mesh, identity: str, address: str) -> str | None:
-    """None if `identity` may attach a sender to `address`, else the refusal's condition."""
-    connection = account(mesh, 0, identity).blocking()
-    try:
-        connection.create_sender(address)
-    except LinkException as exc:
-        return str(exc)
-    finally:
-        connection.close()
-    return None
-
-
 def test_create_and_delete_an_address_as_qdmanage(router: tuple[Mesh, Account]) -> None:
     mesh, admin = router
-    assert _sender_refusal(mesh, "backend@iot", "broadcast") is None
+    assert sender_refusal(mesh, "backend@iot", "broadcast") is None
     with Qdmanage(admin) as client:
         existing = _addresses(client)["iot/broadcast"]
         deleted = client.delete(type="address", identity=existing["identity"])
@@ -61,11 +49,11 @@ def test_create_and_delete_an_address_as_qdmanage(router: tuple[Mesh, Account]) 
         assert created.body["name"] == "off" and created.body["distribution"] == "unavailable"
         assert created.body["type"] == ADDRESS
         # The new address is in force for the next attach: qdrouterd's words for unavailable.
-        refusal = _sender_refusal(mesh, "backend@iot", "broadcast")
+        refusal = sender_refusal(mesh, "backend@iot", "broadcast")
         assert refusal is not None and "Node not found" in refusal
         client.delete(type="address", name="off")
         client.create({"prefix": "iot/broadcast", "distribution": "multicast"}, type="address")
-    assert _sender_refusal(mesh, "backend@iot", "broadcast") is None
+    assert sender_refusal(mesh, "backend@iot", "broadcast") is None
 
 
 def test_bad_create_is_refused_with_qdrouterd_status(router: tuple[Mesh, Account]) -> None:

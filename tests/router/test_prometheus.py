@@ -17,9 +17,8 @@ import pytest
 from enmesh.compile import monitoring
 from tests.router.test_metrics import send
 from tests.support.mesh import Mesh, build_mesh, wait_until
-from tests.support.ports import free_port, port_is_listening
+from tests.support.prometheus import PROMETHEUS, run_prometheus
 
-PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not installed")
 ADDRESS = "iot/telemetry"
 
@@ -37,31 +36,8 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
 
 @pytest.fixture(scope="module")
 def prometheus(mesh: Mesh) -> Iterator[str]:
-    """Prometheus on a free port with the compiled files; scrapes and evaluates every second
-    (the stack's 15 s would make this test slow, and is not what it checks)."""
-    config = json.loads((mesh.directory / "config" / monitoring.CONFIG_FILE).read_text())
-    config["global"] |= {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    path = mesh.directory / "prometheus.yml"
-    path.write_text(json.dumps(config))
-    port = free_port()
-    log = (mesh.directory / "prometheus.log").open("ab")
-    process = subprocess.Popen(
-        [
-            str(PROMETHEUS),
-            f"--config.file={path}",
-            f"--storage.tsdb.path={mesh.directory / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_until(lambda: port_is_listening(port), 30, "prometheus to listen")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(30)
-        log.close()
+    with run_prometheus(mesh) as url:
+        yield url
 
 
 def api(base: str, path: str, **params: Any) -> Any:

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from proton import Condition, Delivery, Message
 
-from enmesh.router import streaming
 from tests.router.conftest import account
 from tests.support.amqp import Scenario, run
 from tests.support.mesh import Mesh, RouterProcess, build_mesh
@@ -144,10 +143,24 @@ class StalledReceiver(Scenario):
         event.container.schedule(POLL, self)
 
 
+SESSION_FRAMES = 128  # 2 MB per session at the default 16 KB frame
+
+
+def bound_session_windows(mesh: Mesh, frames: int) -> None:
+    """Set maxSessionFrames on every listener and connector (unbounded by default)."""
+    for router in mesh.routers:
+        text = router.config.read_text()
+        for entity in ("listener {", "connector {"):
+            text = text.replace(entity, f"{entity}\n    maxSessionFrames: {frames}")
+        router.config.write_text(text)
+
+
 @pytest.fixture
 def own_chain(tmp_path: Path) -> Iterator[Mesh]:
-    """A chain of its own: a stalled path must not be left to the other tests."""
+    """A chain of its own (a stalled path must not be left to the other tests), whose
+    session windows are bounded: so Q2 reaches the producer."""
     mesh = build_mesh(tmp_path / "chain", routers=3, topology="chain")
+    bound_session_windows(mesh, SESSION_FRAMES)
     try:
         mesh.start()
         mesh.wait_converged()
@@ -156,18 +169,13 @@ def own_chain(tmp_path: Path) -> Iterator[Mesh]:
         mesh.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not done: the router stops reading (Q2) but proton still buffers the rest, as "
-    "its session windows are unbounded (a bounded capacity broke presettled traffic)",
-)
 def test_a_stalled_receiver_holds_the_producer_not_the_routers_memory(own_chain: Mesh) -> None:
     size = 40 * MB
     scenario = run(StalledReceiver(own_chain, size), timeout=120)
     left = scenario.sending.pending
     assert left > size // 2, f"the routers took {size - left} bytes for a stalled receiver"
-    # Q2 (128 KB) plus what one read takes from proton (its 512 KB session window) at most.
-    assert max(scenario.buffered) <= MB, scenario.buffered
+    # Q2 (128 KB) plus what one read takes from proton (a whole session window) at most.
+    assert max(scenario.buffered) <= SESSION_FRAMES * 16384, scenario.buffered
     assert max(scenario.rss_growth_kb) < 16 * 1024, scenario.rss_growth_kb
 
 
@@ -216,11 +224,6 @@ class AbortMidway(Scenario):
         self.done()
 
 
-@pytest.mark.xfail(
-    not streaming.ENABLED,
-    strict=True,
-    reason="streaming is off by default (ENMESH_ROUTER_STREAMING=1): see streaming.py",
-)
 def test_an_aborted_delivery_aborts_its_streamed_copy(own_chain: Mesh) -> None:
     # Its own chain: a router that buffers whole messages is left stuck by this one.
     scenario = run(AbortMidway(own_chain), timeout=60)

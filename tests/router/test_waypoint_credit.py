@@ -20,7 +20,7 @@ from proton import Message
 from enmesh.compile.layout import standard_broker_name
 from tests.router.conftest import account
 from tests.router.test_waypoints import SendAll
-from tests.support.amqp import run
+from tests.support.amqp import Scenario, run
 from tests.support.mesh import Mesh, wait_until
 from tests.support.rabbitmq import RabbitMQBroker, parse_queue_arguments
 from tests.support.stack import broker_attached, brokered_mesh
@@ -180,3 +180,43 @@ def test_router_restarts_do_not_count_as_deliveries_of_stored_messages(stack: Me
     # acquirer; AMQP 1.0 carries no count of its own from RabbitMQ 3.10.
     assert remaining[0].first_acquirer
     assert taken == [f"taken {i}" for i in range(restarts)]
+
+
+class DrainOnce(Scenario):
+    """A consumer with no credit drains once for `credit` messages (receiveNoWait)."""
+
+    def __init__(self, mesh: Mesh, at: int, credit: int) -> None:
+        super().__init__(prefetch=0, auto_accept=True)
+        self.mesh, self.at, self.credit = mesh, at, credit
+        self.receiver: Any = None
+        self.asked = False
+        self.bodies: list[Any] = []
+        self.credit_back: int | None = None
+
+    def on_start(self, event: Any) -> None:
+        conn = self.open(account(self.mesh, self.at, CONSUMER))
+        self.receiver = event.container.create_receiver(conn, "events", name="drainer")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "drainer" and not self.asked:
+            self.asked = True
+            self.receiver.drain(self.credit)
+
+    def on_message(self, event: Any) -> None:
+        self.bodies.append(event.message.body)
+
+    def on_link_flow(self, event: Any) -> None:
+        link = event.link
+        if link.name == "drainer" and self.asked and not link.draining():
+            self.credit_back = link.credit  # the drain is answered: what was left comes back
+            self.done()
+
+
+def test_a_drain_delivers_what_the_broker_holds_before_answering(stack: Mesh) -> None:
+    fresh(stack)
+    store(stack, ["first", "second", "third"])
+    scenario = run(DrainOnce(stack, WITH_BROKER, credit=10), timeout=60)
+    # Before: the router answered the drain at once (it held nothing; the messages wait in
+    # the broker until a consumer's credit asks for them), so receiveNoWait found nothing.
+    assert scenario.bodies == ["first", "second", "third"]
+    assert scenario.credit_back == 0

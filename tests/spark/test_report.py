@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -107,6 +109,8 @@ def test_writes_one_png_per_device_a_summary_and_an_index(report: tuple[Path, li
         "devices_omitted": 0,
         "files": names[:3],
         "quarantine": {"no device": 1, "not json": 2},
+        "time_range": {"first": "2025-12-31 23:59:30", "last": "2026-01-01 00:04:55"},
+        "totals": {"anomalies": 1, "quarantined": 3, "readings": 100},
     }
 
 
@@ -161,9 +165,42 @@ def test_an_unknown_device_is_named_with_the_known_ones(out: Path, tmp_path: Pat
 def test_main_prints_the_files_or_the_error(
     out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["--out", str(tmp_path / "missing")]) == 1
+    assert main(["--data", str(tmp_path / "missing")]) == 1
     captured = capsys.readouterr()
     assert captured.err.startswith("error: no readings under") and not captured.out
-    assert main(["--out", str(out), "--device", "dev-b"]) == 0
+    assert main(["--data", str(out), "--device", "dev-b"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed == [str(out / "report" / n) for n in ("dev-b.png", "summary.png", "index.json")]
+
+
+def test_data_is_read_and_out_is_written(
+    out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29: `--data` is the job's output, `--out` the report (`--dest` its old name)."""
+    enmesh = Path(sys.executable).parent / "enmesh"
+    names = ("dev-a.png", "summary.png", "index.json")
+    dest = tmp_path / "out"
+    result = subprocess.run(
+        [str(enmesh), "report", "--data", str(out), "--out", str(dest), "--device", "dev-a"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [str(dest / n) for n in names]
+    assert result.stderr == ""
+    old = tmp_path / "dest"
+    assert main(["--data", str(out), "--dest", str(old), "--device", "dev-a"]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(old / n) for n in names]
+
+
+def test_out_alone_keeps_its_old_meaning_with_a_note(
+    out: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--out", str(out), "--device", "dev-b"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == str(out / "report" / "dev-b.png")
+    assert f"say --data {out}" in captured.err
+
+
+def test_no_data_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "needs --data DIR" in capsys.readouterr().err

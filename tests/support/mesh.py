@@ -56,12 +56,17 @@ class RouterProcess:
     process: subprocess.Popen[bytes] | None = None
     admission: Path | None = None  # the compiled auth/admission.json
     wrapper: tuple[str, ...] = ()  # runs the router, e.g. `prlimit --nofile=N:N --`
+    options: tuple[str, ...] = ()  # more enmesh-router options, e.g. `--watch-config 1`
 
     def start(self) -> None:
         admission = ["--admission", str(self.admission)] if self.admission else []
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [*self.wrapper, str(ROUTER_BIN), "--config", str(self.config), *admission],
+                [
+                    *self.wrapper,
+                    str(ROUTER_BIN),
+                    *("--config", str(self.config), *admission, *self.options),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -250,6 +255,10 @@ def build_mesh(
         passwords[user["identity"]] = password
         ref = user["passwordSecret"]
         _write_secret(secrets_dir, ref["name"], ref["key"], password)
+    admin = users["stackAdministrator"]  # compiled, as every deployment has one
+    passwords[admin["identity"]] = secrets.token_urlsafe(12)
+    ref = admin["passwordSecret"]
+    _write_secret(secrets_dir, ref["name"], ref["key"], passwords[admin["identity"]])
     for service in users["brokerUsers"]:
         ref = service["passwordSecret"]
         _write_secret(secrets_dir, ref["name"], ref["key"], secrets.token_urlsafe(12))

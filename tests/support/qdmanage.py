@@ -7,16 +7,14 @@ qdmanage is in no package registry here, so the tests send its bytes with this c
 from __future__ import annotations
 
 import itertools
-import json
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from proton import Message
 
+from enmesh.compile import administrator
 from tests.support.amqp import Account
 from tests.support.mesh import Mesh
-from tests.support.sasl import make_sasldb
 
 NODE_TYPE = "org.amqp.management"
 
@@ -116,36 +114,12 @@ def rows(response: Reply) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in response.body["results"]]
 
 
-ADMINISTRATOR = "admin@enmesh"
+ADMINISTRATOR = administrator.IDENTITY
 
 
-def add_administrator(mesh: Mesh, identity: str = ADMINISTRATOR) -> Account:
-    """Give a built (not yet started) mesh a stack administrator: a `$default` vhost whose
-    group may write management, and the user in the SASL database. The account names no
-    address space (its AMQP hostname is `localhost`), so the default vhost applies."""
-    policy = [
-        [
-            "vhost",
-            {
-                "hostname": "$default",
-                "allowUnknownUser": False,
-                "groups": {
-                    "admin": {
-                        "users": identity,
-                        "remoteHosts": "*",
-                        "sources": "$management",
-                        "targets": "$management",
-                        "allowDynamicSource": True,
-                        "allowAdminStatusUpdate": True,
-                    }
-                },
-            },
-        ]
-    ]
-    (mesh.directory / "config" / "auth" / "policies" / "$default.json").write_text(
-        json.dumps(policy)
-    )
-    password = secrets.token_urlsafe(12)
-    mesh.passwords[identity] = password
-    make_sasldb(mesh.directory / "state" / "auth" / "enmesh.sasldb", mesh.passwords)
-    return Account(mesh.url(0), identity, password, "localhost", mesh.ca)
+def add_administrator(mesh: Mesh) -> Account:
+    """The stack administrator the compiler wrote (`_default.json`: the `$default` vhost,
+    whose group may write management) and the test mesh put in its SASL database. The
+    account names no address space (its AMQP hostname is `localhost`), so `$default`
+    applies."""
+    return Account(mesh.url(0), ADMINISTRATOR, mesh.passwords[ADMINISTRATOR], "localhost", mesh.ca)

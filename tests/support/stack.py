@@ -34,14 +34,18 @@ def drop_broker_connector(config: Path) -> None:
 
 @contextmanager
 def brokered_mesh(
-    directory: Path, routers: int = 2, brokerless: tuple[int, ...] = ()
+    directory: Path,
+    routers: int = 2,
+    brokerless: tuple[int, ...] = (),
+    models: list[Path] | None = None,
 ) -> Iterator[Mesh]:
     """Start both, yield the mesh (`mesh.extra["broker"]` is the broker), stop both.
 
-    Routers listed in `brokerless` have no connection to the broker.
+    Routers listed in `brokerless` have no connection to the broker; `models` are the
+    stack's model files (default: the sample model).
     """
     ports = allocate_ports()
-    mesh = build_mesh(directory / "mesh", routers=routers, broker_port=ports.tls)
+    mesh = build_mesh(directory / "mesh", routers=routers, broker_port=ports.tls, models=models)
     for index in brokerless:
         drop_broker_connector(mesh.routers[index].config)
     broker = RabbitMQBroker(

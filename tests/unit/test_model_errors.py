@@ -40,7 +40,7 @@ spec:
 {authentication}
   authorization:
     - operations: [send]
-      addresses: [a]
+      addresses: ["*"]
 """
 SECRET = "    passwordSecret: {name: s, key: password}"
 

@@ -1,4 +1,4 @@
-"""The README's role-variable tables match every role's meta/argument_specs.yml."""
+"""docs/roles.md's role-variable tables match every role's meta/argument_specs.yml."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_readme_role_variables_are_generated_from_the_argument_specs() -> None:
+def test_role_variables_page_is_generated_from_the_argument_specs() -> None:
     result = subprocess.run(
         [sys.executable, "scripts/role_docs.py", "--check"],
         cwd=ROOT,

@@ -86,8 +86,9 @@ def test_every_golden_conf_parses(conf: Path, tmp_path: Path) -> None:
         parsed = getattr(config, field)
         count = len(parsed) if isinstance(parsed, tuple) else 1
         assert count == len(re.findall(rf"(?m)^{entity_type} {{$", text)), entity_type
+    # `<space>.json` per address space; `_default.json` is the administrator's `$default`
     assert [v.hostname for v in config.vhosts] == [
-        p.removesuffix(".json") for p in golden_policies(conf)
+        p.removesuffix(".json").replace("_default", "$default") for p in golden_policies(conf)
     ]
 
 
@@ -120,7 +121,8 @@ def test_local_router_0_in_detail(tmp_path: Path) -> None:
     assert config.connection("broker-0") is broker
     assert config.policy is not None
     assert config.policy.enable_vhost_policy
-    assert config.policy.max_connections == 2000
+    # the tenants' plans, and the administrator's vhost
+    assert config.policy.max_connections == 2000 + 10
     assert [a.prefix for a in config.addresses] == [
         "acme/orders",
         "acme/telemetry",

@@ -1,0 +1,90 @@
+"""enmesh-console: time to serve an address space's page with 1,000 addresses.
+
+A real router (the space's addresses configured in it) behind the console over HTTPS; the
+page reads the model (git + runtime part), the router's connections and links through AMQP
+management, and renders the table. Measured from the client over loopback, so an upper
+bound of the server-side time. No broker runs here: asking RabbitMQ for the stored counts
+is one `rabbitmqctl list_queues` per page whatever the number of addresses, measured
+apart (`--with-broker`). Target: < 500 ms. Results to benchmarks/results/console_render.json.
+
+    .venv/bin/python benchmarks/console_render.py [--addresses 1000] [--requests 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.console import OPS, Http, serve_console  # noqa: E402
+from tests.support.mesh import SAMPLE_MODEL, build_mesh  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "console_render.json"
+
+
+def model(addresses: int) -> str:
+    text = SAMPLE_MODEL.read_text().replace("addresses: 50,", f"addresses: {addresses + 50},")
+    kinds = [("anycast", "standard-anycast"), ("queue", "standard-queue")]
+    for n in range(addresses):
+        kind, plan = kinds[n % 2]
+        text += (
+            f"---\napiVersion: enmesh.io/v1\nkind: Address\nmetadata: {{name: iot.bench-{n}}}\n"
+            f"spec: {{addressSpace: iot, address: bench-{n}, type: {kind}, plan: {plan}}}\n"
+        )
+    return text + OPS
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--addresses", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        model_file = Path(folder) / "bench.model.yml"
+        model_file.write_text(model(args.addresses))
+        mesh = build_mesh(Path(folder) / "mesh", routers=1, models=[model_file])
+        mesh.start()
+        try:
+            with serve_console(mesh) as console:
+                http = Http(console)
+                assert http.login("ops@iot", mesh.passwords["ops@iot"]).status == 303
+                seconds = []
+                rows = 0
+                for _ in range(args.requests + 2):
+                    started = time.perf_counter()
+                    reply = http.request("GET", "/spaces/iot")
+                    page = reply.read().decode()
+                    seconds.append(time.perf_counter() - started)
+                    assert reply.status == 200
+                    rows = page.count('<tr id="address-')
+                seconds = seconds[2:]  # the first requests warm Jinja's template cache
+        finally:
+            mesh.stop()
+    result = {
+        "benchmark": "console_render",
+        "addresses": args.addresses,
+        "rows_rendered": rows,
+        "requests": args.requests,
+        "median_ms": round(statistics.median(seconds) * 1000, 1),
+        "p95_ms": round(sorted(seconds)[int(len(seconds) * 0.95) - 1] * 1000, 1),
+        "max_ms": round(max(seconds) * 1000, 1),
+        "target_ms": 500,
+        "host": platform.node(),
+        "python": platform.python_version(),
+    }
+    print(json.dumps(result, indent=2))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

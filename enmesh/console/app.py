@@ -1,0 +1,480 @@
+"""The console's web application: Starlette routes rendering Jinja2 templates.
+
+Every page needs a session; every POST needs the session's CSRF token (the login form,
+before any session, a token bound to a short-lived cookie). Blocking work (AMQP, apply,
+rabbitmqctl) runs in Starlette's thread pool so one slow router never stalls other pages.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from enmesh.console import charts, views
+from enmesh.console.mesh import Credentials, ManagementLinks, MeshError, Router, check_login
+from enmesh.console.runtime import ADDRESS_FIELDS, GENERAL, ChangeError, Changes
+from enmesh.console.sessions import COOKIE, Session, Sessions
+from enmesh.control.target import Target
+from enmesh.model import Operation, Tenant
+
+log = logging.getLogger("enmesh.console")
+HERE = Path(__file__).parent
+LOGIN_COOKIE = "enmesh_console_login"
+ADMIN_VHOST = "localhost"  # the administrator names no address space: the default vhost
+REFUSED = "wrong username or password"
+
+
+@dataclass(frozen=True)
+class Settings:
+    stack_file: Path
+    routers: tuple[Router, ...]
+    ca: Path
+    target: Callable[[], Target]
+    administrator: str | None = None  # SASL identity of the stack administrator
+    prometheus: str | None = None  # base URL of the stack's Prometheus, for the charts
+    secure_cookies: bool = True
+
+
+Handler = Callable[[Request, Session], Awaitable[Response]]
+
+
+class Console:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.sessions = Sessions()
+        self.changes = Changes(settings.stack_file, settings.target)
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+    # ------------------------------------------------------------------ plumbing
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        session: Session | None = context.get("session")
+        if session is not None:
+            context["flash"], session.flash = session.flash, []
+        return self.templates.TemplateResponse(request, name, context, status_code=status)
+
+    def cookie(self, response: Response, name: str, value: str, max_age: int | None = None) -> None:
+        response.set_cookie(
+            name,
+            value,
+            max_age=max_age,
+            secure=self.settings.secure_cookies,
+            httponly=True,
+            samesite="strict",
+        )
+
+    def authenticated(self, handler: Handler, *, post: bool = False) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            session = self.sessions.get(request.cookies.get(COOKIE))
+            if post:
+                token = (await request.form()).get("csrf")
+                if session is None or not session.csrf_ok(
+                    token if isinstance(token, str) else None
+                ):
+                    log.warning(
+                        "refused %s %s: no session or bad CSRF token",
+                        request.method,
+                        request.url.path,
+                    )
+                    raise HTTPException(403, "refused: no valid session and CSRF token")
+            if session is None:
+                return RedirectResponse("/login", 303)
+            space = request.path_params.get("space")
+            if space is not None and not session.may_see(space):
+                raise HTTPException(404, f"no address space {space!r}")
+            return await handler(request, session)
+
+        return endpoint
+
+    def links(self, session: Session) -> ManagementLinks:
+        return session.management(self.settings.ca)
+
+    def tenant_of(self, session: Session, space: str) -> Tenant:
+        model = self.changes.source().model()
+        for tenant in views.visible_tenants(model, session.space):
+            if tenant.name == space:
+                return tenant
+        raise HTTPException(404, f"no address space {space!r}")
+
+    # ------------------------------------------------------------------ login
+    async def login_form(self, request: Request, error: str = "", status: int = 200) -> Response:
+        token = secrets.token_urlsafe(32)
+        response = self.page(request, "login.html", status, csrf=token, error=error)
+        self.cookie(response, LOGIN_COOKIE, token, max_age=600)
+        return response
+
+    async def login_page(self, request: Request) -> Response:
+        return await self.login_form(request)
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        token, expected = str(form.get("csrf", "")), request.cookies.get(LOGIN_COOKIE, "")
+        if not expected or not hmac.compare_digest(token, expected):
+            raise HTTPException(403, "refused: the login form's CSRF token does not match")
+        username, password = str(form.get("username", "")).strip(), str(form.get("password", ""))
+        session, error = await run_in_threadpool(self.authenticate, username, password)
+        if session is None:
+            log.info("login refused for %r: %s", username, error)
+            return await self.login_form(request, error, 401)
+        log.info("login: %s", username)
+        response = RedirectResponse("/", 303)
+        self.cookie(response, COOKIE, self.sessions.create(session))
+        response.delete_cookie(LOGIN_COOKIE)
+        return response
+
+    def authenticate(self, username: str, password: str) -> tuple[Session | None, str]:
+        """The mesh checks the password (a SASL connection with it); the model says whether
+        the user may manage its space."""
+        if not username or not password:
+            return None, REFUSED
+        administrator = username == self.settings.administrator
+        space = None if administrator else username.rpartition("@")[2]
+        if space == "":
+            return None, "give your username as user@address-space"
+        who = Credentials(username, password, space or ADMIN_VHOST)
+        if not check_login(self.settings.routers[0], who, self.settings.ca):
+            return None, REFUSED
+        if space is not None and not self.may_manage(username, space):
+            return None, f"{username} has no `manage` right: the console is for managers"
+        return Session(who, space), ""
+
+    def may_manage(self, identity: str, space: str) -> bool:
+        model = self.changes.source().model()
+        tenant = next((t for t in model.tenants if t.name == space), None)
+        user = identity.rpartition("@")[0]
+        return tenant is not None and any(
+            u.spec.username == user and u.spec.may(Operation.MANAGE) for u in tenant.users
+        )
+
+    async def logout(self, request: Request, session: Session) -> Response:
+        self.sessions.drop(request.cookies.get(COOKIE))
+        response = RedirectResponse("/login", 303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    # ------------------------------------------------------------------ pages
+    async def home(self, request: Request, session: Session) -> Response:
+        return RedirectResponse(
+            "/spaces" if session.administrator else f"/spaces/{session.space}", 303
+        )
+
+    async def spaces(self, request: Request, session: Session) -> Response:
+        def gather() -> tuple[list[Tenant], dict[str, int]]:
+            model = self.changes.source().model()
+            routers = views.read_routers(self.settings.routers, self.links(session))
+            counts: dict[str, int] = {}
+            for view in views.client_connections(routers, session.space):
+                for connection in view.connections:
+                    tenant = str(connection.get("tenant"))
+                    counts[tenant] = counts.get(tenant, 0) + 1
+            return views.visible_tenants(model, session.space), counts
+
+        tenants, connections = await run_in_threadpool(gather)
+        return self.page(
+            request, "spaces.html", session=session, tenants=tenants, connections=connections
+        )
+
+    async def space(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+
+        def gather() -> tuple[Tenant, list[views.AddressRow]]:
+            tenant = self.tenant_of(session, space)
+            routers = views.read_routers(self.settings.routers, self.links(session))
+            stored = views.stored_messages(self.settings.target(), tenant)
+            added = self.changes.source().added_names()
+            return tenant, views.address_rows(tenant, added, routers, stored, self.rates_now(space))
+
+        tenant, rows = await run_in_threadpool(gather)
+        query = request.query_params.get("q", "").strip()
+        shown = [r for r in rows if query in r.address] if query else rows
+        return self.page(
+            request,
+            "space.html",
+            session=session,
+            tenant=tenant,
+            rows=shown,
+            total=len(rows),
+            query=query,
+            charts=self.settings.prometheus is not None,
+        )
+
+    def rates_now(self, space: str) -> dict[str, tuple[float, float]] | None:
+        if self.settings.prometheus is None:
+            return None
+        try:
+            return charts.address_rates(self.settings.prometheus, space)
+        except charts.PrometheusError as exc:
+            log.warning("%s", exc)
+            return None
+
+    async def rates(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+        await run_in_threadpool(self.tenant_of, session, space)
+        if self.settings.prometheus is None:
+            return JSONResponse({"error": "this stack's console has no Prometheus"}, 404)
+        try:
+            data = await run_in_threadpool(charts.space_rates, self.settings.prometheus, space)
+        except charts.PrometheusError as exc:
+            return JSONResponse({"error": str(exc)}, 502)
+        return JSONResponse(data)
+
+    def form_page(
+        self,
+        request: Request,
+        template: str,
+        session: Session,
+        tenant: Tenant,
+        *,
+        values: dict[str, Any],
+        errors: dict[str, list[str]],
+    ) -> Response:
+        """A create form, again with the model's messages next to their fields."""
+        return self.page(
+            request,
+            template,
+            400 if errors else 200,
+            session=session,
+            tenant=tenant,
+            values=values,
+            errors=errors,
+            general=errors.get(GENERAL, []),
+        )
+
+    async def new_address(self, request: Request, session: Session) -> Response:
+        tenant = await run_in_threadpool(self.tenant_of, session, request.path_params["space"])
+        return self.form_page(request, "address_new.html", session, tenant, values={}, errors={})
+
+    async def create_address(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+        form = await request.form()
+        values = {name: str(form.get(name, "")) for name in ADDRESS_FIELDS}
+        tenant = await run_in_threadpool(self.tenant_of, session, space)
+        try:
+            errors = await run_in_threadpool(self.changes.create_address, space, values)
+        except ChangeError as exc:
+            errors = {GENERAL: [str(exc)]}
+        if errors:
+            return self.form_page(
+                request, "address_new.html", session, tenant, values=values, errors=errors
+            )
+        session.flash.append(f"address {values['address']} created")
+        return RedirectResponse(f"/spaces/{space}", 303)
+
+    async def confirm_delete(self, request: Request, session: Session) -> Response:
+        space, address = request.path_params["space"], request.path_params["address"]
+
+        def gather() -> tuple[Tenant, int]:
+            tenant = self.tenant_of(session, space)
+            return tenant, views.stored_count(self.settings.target(), tenant, address)
+
+        tenant, stored = await run_in_threadpool(gather)
+        return self.page(
+            request,
+            "address_delete.html",
+            session=session,
+            tenant=tenant,
+            address=address,
+            stored=stored,
+        )
+
+    async def delete_address(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+        return await self.confirmed_delete(
+            request, session, "address", f"/spaces/{space}", self.changes.delete_address
+        )
+
+    async def users(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+
+        def gather() -> tuple[Tenant, set[str]]:
+            return self.tenant_of(session, space), self.changes.source().added_names()
+
+        tenant, added = await run_in_threadpool(gather)
+        return self.page(request, "users.html", session=session, tenant=tenant, added=added)
+
+    async def new_user(self, request: Request, session: Session) -> Response:
+        tenant = await run_in_threadpool(self.tenant_of, session, request.path_params["space"])
+        return self.form_page(
+            request, "user_new.html", session, tenant, values={"operations": []}, errors={}
+        )
+
+    async def create_user(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+        form = await request.form()
+        values: dict[str, Any] = {
+            "username": str(form.get("username", "")),
+            "addresses": str(form.get("addresses", "")),
+            "operations": [str(op) for op in form.getlist("operations")],
+        }
+        tenant = await run_in_threadpool(self.tenant_of, session, space)
+        try:
+            errors, password = await run_in_threadpool(self.changes.create_user, space, values)
+        except ChangeError as exc:
+            errors, password = {GENERAL: [str(exc)]}, ""
+        if errors:
+            return self.form_page(
+                request, "user_new.html", session, tenant, values=values, errors=errors
+            )
+        log.info("user %s@%s created", values["username"], space)  # never its password
+        return self.page(
+            request,
+            "user_created.html",
+            201,
+            session=session,
+            tenant=tenant,
+            username=values["username"],
+            password=password,
+        )
+
+    async def confirm_delete_user(self, request: Request, session: Session) -> Response:
+        tenant = await run_in_threadpool(self.tenant_of, session, request.path_params["space"])
+        return self.page(
+            request,
+            "user_delete.html",
+            session=session,
+            tenant=tenant,
+            username=request.path_params["username"],
+        )
+
+    async def delete_user(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+        return await self.confirmed_delete(
+            request, session, "username", f"/spaces/{space}/users", self.changes.delete_user
+        )
+
+    async def confirmed_delete(
+        self,
+        request: Request,
+        session: Session,
+        param: str,
+        listing: str,
+        delete: Callable[[str, str], None],
+    ) -> Response:
+        """Delete once the user typed the name (else back to the confirmation page)."""
+        space, name = request.path_params["space"], request.path_params[param]
+        what = "user" if param == "username" else param
+        form = await request.form()
+        if form.get("confirm") != name:
+            session.flash.append(f"not deleted: type {name!r} to confirm")
+            return RedirectResponse(request.url.path, 303)
+        try:
+            await run_in_threadpool(delete, space, name)
+            session.flash.append(f"{what} {name} deleted")
+        except ChangeError as exc:
+            session.flash.append(str(exc))
+        return RedirectResponse(listing, 303)
+
+    async def connections(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+        await run_in_threadpool(self.tenant_of, session, space)
+        routers = await run_in_threadpool(
+            views.read_routers, self.settings.routers, self.links(session)
+        )
+        return self.page(
+            request,
+            "connections.html",
+            session=session,
+            space=space,
+            routers=views.client_connections(routers, space),
+        )
+
+    async def close_connection(self, request: Request, session: Session) -> Response:
+        space = request.path_params["space"]
+        router_id, identity = request.path_params["router"], request.path_params["identity"]
+        router = next((r for r in self.settings.routers if r.id == router_id), None)
+        if router is None:
+            raise HTTPException(404, f"no router {router_id!r}")
+
+        def close() -> None:
+            links = self.links(session)
+            links.use(router, lambda management: management.close_connection(identity))
+
+        try:
+            await run_in_threadpool(close)
+            session.flash.append(f"connection {identity} on {router_id} closed")
+        except MeshError as exc:
+            session.flash.append(str(exc))
+        return RedirectResponse(f"/spaces/{space}/connections", 303)
+
+    async def mesh(self, request: Request, session: Session) -> Response:
+        if not session.administrator:
+            raise HTTPException(404, "the mesh is the stack administrator's page")
+        routers = await run_in_threadpool(
+            views.read_mesh, self.settings.routers, self.links(session)
+        )
+        return self.page(request, "mesh.html", session=session, routers=routers)
+
+    async def refused(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        return self.page(request, "error.html", exc.status_code, session=session, detail=exc.detail)
+
+    def routes(self) -> list[Route | Mount]:
+        a, space = self.authenticated, "/spaces/{space}"
+        return [
+            Route("/login", self.login_page, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", a(self.logout, post=True), methods=["POST"]),
+            Route("/", a(self.home)),
+            Route("/spaces", a(self.spaces)),
+            Route("/mesh", a(self.mesh)),
+            Route(space, a(self.space)),
+            Route(f"{space}/rates.json", a(self.rates)),
+            Route(f"{space}/addresses/new", a(self.new_address)),
+            Route(f"{space}/addresses", a(self.create_address, post=True), methods=["POST"]),
+            Route(f"{space}/addresses/{{address}}/delete", a(self.confirm_delete)),
+            Route(
+                f"{space}/addresses/{{address}}/delete",
+                a(self.delete_address, post=True),
+                methods=["POST"],
+            ),
+            Route(f"{space}/users", a(self.users)),
+            Route(f"{space}/users/new", a(self.new_user)),
+            Route(f"{space}/users", a(self.create_user, post=True), methods=["POST"]),
+            Route(f"{space}/users/{{username}}/delete", a(self.confirm_delete_user)),
+            Route(
+                f"{space}/users/{{username}}/delete",
+                a(self.delete_user, post=True),
+                methods=["POST"],
+            ),
+            Route(f"{space}/connections", a(self.connections)),
+            Route(
+                f"{space}/connections/{{router}}/{{identity}}/close",
+                a(self.close_connection, post=True),
+                methods=["POST"],
+            ),
+            Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        ]
+
+
+async def _security_headers(request: Request, call_next: Any) -> Response:
+    response: Response = await call_next(request)
+    response.headers["Content-Security-Policy"] = "default-src 'self'; frame-ancestors 'none'"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def create_app(settings: Settings) -> Starlette:
+    console = Console(settings)
+    return Starlette(
+        routes=console.routes(),
+        exception_handlers={HTTPException: console.refused},
+        middleware=[Middleware(BaseHTTPMiddleware, dispatch=_security_headers)],
+    )

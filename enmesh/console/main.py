@@ -1,0 +1,100 @@
+"""`enmesh-console`: serve the console of a stack deployed on this host, over HTTPS."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from enmesh.compile import find_stack_file
+from enmesh.console.app import Settings, create_app
+from enmesh.console.mesh import Router
+from enmesh.control.commands import SUPERVISOR_CONFIG
+from enmesh.control.target import DEFAULT_RABBITMQCTL, Target, on_this_host
+
+
+def routers_of(deployment: dict[str, Any]) -> tuple[Router, ...]:
+    return tuple(
+        Router(r["id"], f"amqps://{r['host']}:{r['ports']['amqps']}") for r in deployment["routers"]
+    )
+
+
+def _prometheus(deployment: dict[str, Any]) -> str | None:
+    monitoring = deployment.get("monitoring")
+    return f"http://{monitoring['host']}:{monitoring['port']}" if monitoring else None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="enmesh-console",
+        description="The web console of a stack on this host (HTTPS). Logins are checked "
+        "against the mesh's SASL; changes go through `enmesh apply`.",
+    )
+    parser.add_argument("--stack", default="local", metavar="NAME")
+    parser.add_argument("--stacks-dir", type=Path, default=Path("stacks"), metavar="DIR")
+    parser.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8443)
+    parser.add_argument("--cert", type=Path, required=True, help="TLS certificate (PEM)")
+    parser.add_argument("--key", type=Path, required=True, help="its private key (PEM)")
+    parser.add_argument(
+        "--administrator",
+        metavar="IDENTITY",
+        help="SASL identity of the stack administrator (logs in on the default vhost)",
+    )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="the stack's Prometheus for the charts (default: the one deploy.json names, if any)",
+    )
+    parser.add_argument("--rabbitmq-node", default="rabbit@localhost", metavar="NODE")
+    parser.add_argument("--supervisor-config", default=SUPERVISOR_CONFIG, metavar="FILE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        stack_file = find_stack_file(args.stack, args.stacks_dir)
+        deployment = json.loads((args.config_dir / "deploy.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc} (is the stack deployed on this host? `enmesh up`)", file=sys.stderr)
+        return 1
+
+    def target() -> Target:
+        return on_this_host(
+            deployment,
+            systemd=Path("/run/systemd/system").is_dir(),
+            supervisor_config=args.supervisor_config,
+            rabbitmqctl=(*DEFAULT_RABBITMQCTL[:2], args.rabbitmq_node),
+        )
+
+    settings = Settings(
+        stack_file=stack_file,
+        routers=routers_of(deployment),
+        ca=Path(deployment["ca"]),
+        target=target,
+        administrator=args.administrator,
+        prometheus=args.prometheus or _prometheus(deployment),
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        ssl_certfile=str(args.cert),
+        ssl_keyfile=str(args.key),
+        access_log=False,  # paths only, but keep the log to what the console says
+        log_level="info",
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Logins kept on the server: the browser holds only a random session id (cookie `Secure`,
+`HttpOnly`, `SameSite=Strict`). The password a session needs for its management reads
+stays in this process's memory and is never sent back to the browser, logged or put in a
+URL. Every form carries the session's CSRF token (synchronizer token pattern)."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from enmesh.console.mesh import Credentials, ManagementLinks
+
+COOKIE = "enmesh_console"
+IDLE_SECONDS = 30 * 60
+
+
+@dataclass
+class Session:
+    credentials: Credentials
+    space: str | None  # None: the stack administrator (every space)
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    seen: float = field(default_factory=time.monotonic)
+    flash: list[str] = field(default_factory=list)  # messages for the next page
+    links: ManagementLinks | None = None  # its management connections, opened on first use
+
+    @property
+    def administrator(self) -> bool:
+        return self.space is None
+
+    def may_see(self, space: str) -> bool:
+        return self.space is None or self.space == space
+
+    def management(self, ca: Path) -> ManagementLinks:
+        if self.links is None:
+            self.links = ManagementLinks(self.credentials, ca)
+        return self.links
+
+    def end(self) -> None:
+        if self.links is not None:
+            self.links.close()
+
+    def csrf_ok(self, token: str | None) -> bool:
+        return token is not None and hmac.compare_digest(token, self.csrf)
+
+
+class Sessions:
+    def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
+        self.idle_seconds = idle_seconds
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def create(self, session: Session) -> str:
+        key = secrets.token_urlsafe(32)
+        with self._lock:
+            self._sessions[key] = session
+        return key
+
+    def get(self, key: str | None) -> Session | None:
+        if not key:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None:
+                return None
+            if now - session.seen > self.idle_seconds:
+                del self._sessions[key]
+                session.end()
+                return None
+            session.seen = now
+            return session
+
+    def drop(self, key: str | None) -> None:
+        with self._lock:
+            session = self._sessions.pop(key or "", None)
+        if session is not None:
+            session.end()

@@ -1,0 +1,285 @@
+"""Write (or check) docs/performance.md from benchmarks/results/*.json.
+
+.venv/bin/python scripts/results_docs.py            # rewrite docs/performance.md
+.venv/bin/python scripts/results_docs.py --check    # exit 1 if it is not current
+
+Every figure on that page is read from a results file, next to the command that wrote
+it, so the page cannot drift from the measurements: a benchmark run that writes new
+results is followed by this script (a unit test fails until it is).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "performance.md"
+PY = ".venv/bin/python"
+
+
+@dataclass(frozen=True)
+class Bench:
+    file: str  # under benchmarks/results/
+    title: str
+    command: str  # the command that writes `file` (a file's own "command" field wins)
+    about: str
+    table: Callable[[dict[str, Any]], Iterator[tuple[str, ...]]]
+
+
+def _get(data: dict[str, Any], path: str) -> Any:
+    for key in path.split("."):
+        data = data[key]
+    return data
+
+
+def _pairs(*rows: tuple[str, str, str]) -> Callable[[dict[str, Any]], Iterator[tuple[str, ...]]]:
+    """A table of (figure, value) rows; each value is `format` applied to a JSON path."""
+
+    def table(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+        yield ("figure", "value")
+        for label, path, fmt in rows:
+            value = _get(data, path)
+            values = value if isinstance(value, list) else [value]
+            yield (label, " / ".join(fmt.format(v) for v in values))
+
+    return table
+
+
+def _pipeline(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+    yield ("input", "devices", "sustained", "p50", "p99", "p99 queued", "p99 in Spark")
+    for run in data["mesh"]:
+        yield (
+            f"mesh, {run['rate']:g} readings/s for {run['seconds']:g} s",
+            str(run["devices"]),
+            f"{run['events_per_s']:g} events/s",
+            f"{run['p50_s']:.2f} s",
+            f"{run['p99_s']:.2f} s",
+            f"{run['queued']['p99_s']:.2f} s",
+            f"{run['in_spark']['p99_s']:.2f} s",
+        )
+    ceiling = data["files_ceiling"]
+    yield (
+        f"files (ceiling), {ceiling['readings']} readings",
+        "",
+        f"{ceiling['steady_events_per_s']:g} events/s steady",
+        f"{ceiling['steady_batch_seconds']:.2f} s per batch",
+        "",
+        "",
+        "",
+    )
+
+
+def _router(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+    yield ("path", "unsettled msg/s", "presettled msg/s", "p50 / p99 at half load")
+    paths = {
+        "a_no_router": "(a) proton → proton, no router",
+        "b_one_router": "(b) through 1 router",
+        "c_three_routers": "(c) across 3 routers",
+        "d_rabbitmq_queue": "(d) RabbitMQ AMQP 1.0 queue (TLS)",
+    }
+    for key, label in paths.items():
+        path = data[key]
+        half = path.get("half_load")
+        latency = f"{half['p50_ms']:.1f} / {half['p99_ms']:.1f} ms" if half else "—"
+        unsettled, presettled = path["unsettled"]["msgs_per_s"], path["presettled"]["msgs_per_s"]
+        yield (label, f"{unsettled:,}", f"{presettled:,}", latency)
+
+
+_LARGE = _pairs(
+    ("1 MB messages", "throughput_1mb.messages_per_s", "{} msg/s"),
+    ("left with the producer, stalled 50 MB (MB)", "stalled_receiver.left_with_producer_mb", "{}"),
+    ("RSS growth per router, stalled 50 MB (MB)",
+     "stalled_receiver.rss_growth_mb_per_router", "{}"),
+)  # fmt: skip
+
+BENCHES = (
+    Bench(
+        "compile_scale.json", "Compiler", f"{PY} benchmarks/compile_scale.py",
+        "10,000 addresses in 100 spaces, 3 routers, 3 brokers: load, validate and compile.",
+        _pairs(
+            ("addresses", "addresses", "{:,}"), ("total", "total_s", "{} s"),
+            ("target", "target_total_s", "< {} s"), ("peak RSS", "peak_rss_mb", "{} MB"),
+            ("target RSS", "target_peak_rss_mb", "< {} MB"),
+        ),
+    ),
+    Bench(
+        "apply_scale.json", "Live apply", f"{PY} benchmarks/apply_scale.py",
+        "A 3-router mesh and RabbitMQ with 1,000 client connections open and traffic "
+        "through them; from `enmesh apply` starting to the first message through a new "
+        "address (targets < 2 s for 1, < 20 s for 1,000; no connection dropped).",
+        _pairs(
+            ("1 new address: first message after", "one.seconds_to_first_message", "{} s"),
+            ("1,000 new addresses: first message after",
+             "thousand.seconds_to_first_message", "{} s"),
+            ("connections open", "load.opened", "{:,}"),
+            ("deliveries through them", "load.accepted", "{:,}"),
+            ("connections dropped", "connections_dropped", "{}"),
+        ),
+    ),
+    Bench(
+        "console_render.json", "Console", f"{PY} benchmarks/console_render.py",
+        "The page of an address space with 1,000 addresses, over HTTPS through a real "
+        "router's management, measured from the client (target < 500 ms).",
+        _pairs(
+            ("addresses", "addresses", "{:,}"), ("median", "median_ms", "{} ms"),
+            ("p95", "p95_ms", "{} ms"), ("max", "max_ms", "{} ms"),
+            ("target", "target_ms", "< {} ms"),
+        ),
+    ),
+    Bench(
+        "stack_up.json", "Local stack", f"{PY} benchmarks/stack_up.py",
+        "Cold `make up` after removing what the stack installed, warm `make up` (must "
+        "change nothing), and the resident memory of every supervised program. Not part "
+        "of `make bench`: it tears the running stack down.",
+        _pairs(
+            ("cold make up", "cold_make_up_s", "{} s"), ("warm make up", "warm_make_up_s", "{} s"),
+            ("warm target", "targets.warm_make_up_s", "< {} s"),
+            ("changes, cold", "cold_changes", "{}"), ("changes, warm", "warm_changes", "{}"),
+            ("stack RSS", "stack_rss_mb", "{} MB"),
+            ("RSS target", "targets.stack_rss_mb", "< {} MB"),
+        ),
+    ),
+    Bench(
+        "router_throughput.json", "Router throughput",
+        f"{PY} benchmarks/router_throughput.py --messages 20000 --connections 1000",
+        "100-byte messages, sender and receiver each in their own process, on the same "
+        "2 cores. Targets: (b) at least 50 % of (a) and twice (d), p99 at half load < 5 ms.",
+        _router,
+    ),
+    Bench(
+        "router_throughput.json", "Router memory and connections",
+        f"{PY} benchmarks/router_throughput.py --messages 20000 --connections 1000",
+        "The same run: SCRAM-authenticated connections held open while the router serves, "
+        "and what an idle connection and an address with a consumer cost.",
+        _pairs(
+            ("connections opened", "connections.opened", "{:,}"),
+            ("seconds to open them", "connections.seconds_to_open", "{}"),
+            ("per idle authenticated connection", "connections.kb_per_idle_connection", "{} KB"),
+            ("per address with a consumer", "memory_per_address.kb_per_address", "{} KB"),
+        ),
+    ),
+    Bench(
+        "router_soak.json", "Router soak", f"{PY} benchmarks/router_soak.py --messages 10000000",
+        "Anycast, multicast and a queue at once through a 3-router mesh and RabbitMQ; each "
+        "router's RSS sampled every 100,000 messages (target: < 5 MB growth after warm-up).",
+        _pairs(
+            ("messages", "messages_sent", "{:,}"), ("seconds", "seconds", "{:,}"),
+            ("rate", "msgs_per_s", "{:,} msg/s"),
+            ("RSS growth after warm-up per router (KB)", "max_growth_after_warm_up_kb", "{}"),
+            ("target met", "target_met", "{}"),
+        ),
+    ),
+    Bench(
+        "router_fuzz.json", "Router fuzz", f"{PY} benchmarks/router_fuzz.py --seconds 300",
+        "Random bytes, invalid UTF-8, fields of the wrong type, mutated sessions and random "
+        "performatives against one router.",
+        _pairs(
+            ("connections", "connections", "{:,}"),
+            ("tracebacks in the log", "tracebacks_in_log", "{}"),
+            ("router serves after", "router_serves_after", "{}"),
+            ("RSS change", "rss_change_percent", "{} %"),
+        ),
+    ),
+    Bench(
+        "router_large-unbounded.json", "Large messages",
+        f"{PY} benchmarks/router_large.py --label unbounded",
+        "1 MB messages through a 3-router chain, and a consumer that stalls inside a 50 MB "
+        "message (what each router on the path holds meanwhile); session windows unbounded "
+        "(maxSessionFrames unset, the default).",
+        _LARGE,
+    ),
+    Bench(
+        "router_large.json", "Large messages, bounded session windows",
+        f"{PY} benchmarks/router_large.py --session-frames 128",
+        "The same with maxSessionFrames 128 on every listener and connector: the hold-off "
+        "reaches the producer.",
+        _LARGE,
+    ),
+    Bench(
+        "pipeline.json", "Telemetry pipeline", f"{PY} benchmarks/pipeline.py",
+        "Readings through the mesh into the deployed Spark job (local stack), latency from "
+        "a reading's stamp to the Parquet file holding it; Spark over the same readings "
+        "from files is the ceiling. Target: keep up with the mesh, p99 < 3 s. History "
+        "and analysis: [pipeline performance](pipeline-performance.md).",
+        _pipeline,
+    ),
+    Bench(
+        "pipeline-r700-s30-d200.json", "Telemetry pipeline, 200 devices",
+        f"{PY} benchmarks/pipeline.py --rates 700 --devices 200", "", _pipeline,
+    ),
+    Bench(
+        "pipeline-r700-s30-d1000.json", "Telemetry pipeline, 1000 devices",
+        f"{PY} benchmarks/pipeline.py --rates 700 --devices 1000", "", _pipeline,
+    ),
+    Bench(
+        "keycloak_auth.json", "Keycloak in the authentication path",
+        f"{PY} benchmarks/keycloak_auth.py --connections 60 (then --sasldb-only)",
+        "Keycloak's start and memory; authenticated connections through enmesh-router, "
+        "enmesh-auth and Keycloak's password grant, and the same client against a "
+        "router's sasldb (target: 200 connections/s per router; not met, see Identity "
+        "and access).",
+        _pairs(
+            ("Keycloak start (fresh database)", "keycloak_start_s", "{} s"),
+            ("Keycloak RSS after start", "keycloak_rss_mb_started", "{} MB"),
+            ("Keycloak RSS after the logins", "keycloak_rss_mb_after", "{} MB"),
+            ("Keycloak path, sequential", "sequential.per_s", "{}/s"),
+            ("Keycloak path, sequential p50", "sequential.p50_ms", "{} ms"),
+            ("Keycloak path, sequential p99", "sequential.p99_ms", "{} ms"),
+            ("Keycloak path, 8 in parallel", "concurrent.per_s", "{}/s"),
+            ("sasldb, sequential", "sasldb.sequential.per_s", "{}/s"),
+            ("sasldb, 8 in parallel", "sasldb.concurrent.per_s", "{}/s"),
+        ),
+    ),
+)  # fmt: skip
+
+
+def _markdown(rows: Iterator[tuple[str, ...]]) -> list[str]:
+    header = next(rows)
+    lines = [f"| {' | '.join(header)} |", f"| {' | '.join('---' for _ in header)} |"]
+    lines += [f"| {' | '.join(row)} |" for row in rows]
+    return lines
+
+
+def page() -> str:
+    lines = [
+        "# Performance",
+        "",
+        "<!-- generated by scripts/results_docs.py from benchmarks/results/; do not edit -->",
+        "Every figure here is read from `benchmarks/results/` and shown with the command that",
+        "wrote it; `scripts/results_docs.py` regenerates this page after a run (a unit test",
+        "fails while it is stale). All runs are on a 2-core VM shared with other work, so",
+        "figures vary by about ±15 % from run to run. `make bench` runs the compiler and",
+        "router benchmarks; the others need the local stack (`make up`).",
+    ]
+    for bench in BENCHES:
+        data = json.loads((RESULTS / bench.file).read_text(encoding="utf-8"))
+        command = data.get("command")
+        command = f"{PY} {command}" if command else bench.command
+        lines += ["", f"## {bench.title}", ""]
+        if bench.about:
+            lines += [bench.about, ""]
+        lines += [f"`{command}` → `benchmarks/results/{bench.file}`", ""]
+        lines += _markdown(bench.table(data))
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    text = page()
+    if "--check" in sys.argv:
+        if PAGE.read_text(encoding="utf-8") != text:
+            print(f"{PAGE} is not current: run scripts/results_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(text, encoding="utf-8")
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
