@@ -152,6 +152,14 @@ listener {{
     authenticatePeer: yes
     saslPlugin: nowhere
 }}
+address {{
+    prefix: shop
+    distribution: balanced
+}}
+address {{
+    prefix: lab
+    distribution: balanced
+}}
 policy {{
     enableVhostPolicy: true
     policyDir: {policies}
