@@ -259,6 +259,25 @@ BENCHES = (
         "pipeline-r700-s30-d1000.json", "Telemetry pipeline, 1000 devices",
         f"{PY} benchmarks/pipeline.py --rates 700 --devices 1000", "", _pipeline,
     ),
+    Bench(
+        "keycloak_auth.json", "Keycloak in the authentication path",
+        f"{PY} benchmarks/keycloak_auth.py --connections 60 (then --sasldb-only)",
+        "Keycloak's start and memory; authenticated connections through enmesh-router, "
+        "enmesh-auth and Keycloak's password grant, and the same client against a "
+        "router's sasldb (target: 200 connections/s per router; not met, see Identity "
+        "and access).",
+        _pairs(
+            ("Keycloak start (fresh database)", "keycloak_start_s", "{} s"),
+            ("Keycloak RSS after start", "keycloak_rss_mb_started", "{} MB"),
+            ("Keycloak RSS after the logins", "keycloak_rss_mb_after", "{} MB"),
+            ("Keycloak path, sequential", "sequential.per_s", "{}/s"),
+            ("Keycloak path, sequential p50", "sequential.p50_ms", "{} ms"),
+            ("Keycloak path, sequential p99", "sequential.p99_ms", "{} ms"),
+            ("Keycloak path, 8 in parallel", "concurrent.per_s", "{}/s"),
+            ("sasldb, sequential", "sasldb.sequential.per_s", "{}/s"),
+            ("sasldb, 8 in parallel", "sasldb.concurrent.per_s", "{}/s"),
+        ),
+    ),
 )  # fmt: skip
 
 

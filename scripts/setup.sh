@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 APT_PACKAGES=(libsasl2-dev sasl2-bin libsasl2-modules openssl libssl-dev pkg-config patch openjdk-17-jre-headless
-              rabbitmq-server supervisor prometheus chromium chromium-driver mosquitto-clients
+              rabbitmq-server supervisor prometheus chromium chromium-driver mosquitto-clients postgresql
               debootstrap systemd-container iproute2 openssh-client)  # last four: molecule's site scenario
 STAMP="$VENV/.enmesh-requirements.sha256"
 

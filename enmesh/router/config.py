@@ -238,8 +238,10 @@ def load_router_config(path: Path) -> RouterConfig:
 
     profiles = _names(where, found["sslProfile"])
     connections = _names(where, found["listener"] + found["connector"])
-    for kind in ("listener", "connector"):
+    for kind in ("listener", "connector", "authServicePlugin"):
         _check_references(where, found[kind], "sslProfile", profiles, "an sslProfile")
+    plugins = _names(where, found["authServicePlugin"])
+    _check_references(where, found["listener"], "saslPlugin", plugins, "an authServicePlugin")
     for kind in ("linkRoute", "autoLink"):
         expected = "a connector or listener"
         _check_references(where, found[kind], "connection", connections, expected)
@@ -253,6 +255,7 @@ def load_router_config(path: Path) -> RouterConfig:
     return RouterConfig(
         router=router,
         ssl_profiles=entities("sslProfile"),
+        auth_service_plugins=entities("authServicePlugin"),
         listeners=entities("listener"),
         connectors=entities("connector"),
         logs=entities("log"),

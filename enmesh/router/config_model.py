@@ -70,6 +70,25 @@ class SslProfile:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AuthServicePlugin:
+    """qdrouterd's authServicePlugin: a listener naming it (`saslPlugin`) hands each
+    client's SASL exchange to this AMQP authentication service (enmesh.router.saslrelay)."""
+
+    name: str
+    host: str = ""
+    port: int = 5672
+    realm: str | None = None  # the sasl-init hostname sent to the service
+    ssl_profile: str | None = None
+    auth_service: str | None = None  # deprecated `host:port`, used when host is not set
+
+    def address(self) -> tuple[str, int]:
+        if self.host or not self.auth_service:
+            return self.host or "127.0.0.1", self.port
+        host, _, port = self.auth_service.rpartition(":")
+        return host or "127.0.0.1", int(port)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Endpoint:
     """What listeners and connectors share."""
 
@@ -90,6 +109,7 @@ class Endpoint:
 class Listener(Endpoint):
     name: str | None = None
     authenticate_peer: bool = False
+    sasl_plugin: str | None = None  # an authServicePlugin's name
     multi_tenant: bool = False
     require_ssl: bool = False
     http: bool = False
@@ -163,6 +183,7 @@ class RouterConfig:
 
     router: Router
     ssl_profiles: tuple[SslProfile, ...] = ()
+    auth_service_plugins: tuple[AuthServicePlugin, ...] = ()
     listeners: tuple[Listener, ...] = ()
     connectors: tuple[Connector, ...] = ()
     logs: tuple[Log, ...] = ()
@@ -177,6 +198,10 @@ class RouterConfig:
     def ssl_profile(self, name: str) -> SslProfile:
         """A profile that a listener or connector names (checked when loading)."""
         return next(p for p in self.ssl_profiles if p.name == name)
+
+    def auth_service_plugin(self, name: str) -> AuthServicePlugin:
+        """The plugin a listener's saslPlugin names (checked when loading)."""
+        return next(p for p in self.auth_service_plugins if p.name == name)
 
     def connection(self, name: str) -> Listener | Connector:
         """The listener or connector a linkRoute or autoLink names (checked when loading)."""

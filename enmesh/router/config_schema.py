@@ -43,7 +43,13 @@ from enmesh.router.config_schema_base import (
     ignored_name,
 )
 from enmesh.router.config_schema_base import attr as _a
-from enmesh.router.config_schema_connections import CONNECTOR, LISTENER, ROUTER, SSL_PROFILE
+from enmesh.router.config_schema_connections import (
+    AUTH_SERVICE_PLUGIN,
+    CONNECTOR,
+    LISTENER,
+    ROUTER,
+    SSL_PROFILE,
+)
 from enmesh.router.policy import GROUP_NOT_IMPLEMENTED, VHOST_NOT_IMPLEMENTED, Vhost, parse_groups
 
 __all__ = ["CONFIG_FILE_ENTITIES", "SCHEMA", "Attribute", "Disposition", "EntityType"]
@@ -333,12 +339,7 @@ _PREFIX = "org.apache.qpid.dispatch."
 ENTITY_TYPES: tuple[EntityType, ...] = (
     ROUTER,
     SSL_PROFILE,
-    _refused(
-        "authServicePlugin",
-        _PREFIX + "authServicePlugin",
-        "would authenticate through a remote SASL service; enmesh-router uses Cyrus SASL",
-        "name authService host port realm saslInitHostname sslProfile authSslProfile",
-    ),
+    AUTH_SERVICE_PLUGIN,
     LISTENER,
     CONNECTOR,
     LOG,

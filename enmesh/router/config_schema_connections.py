@@ -6,6 +6,7 @@ from __future__ import annotations
 from enmesh.router import config_checks as checks
 from enmesh.router import config_values as v
 from enmesh.router.config_model import (
+    AuthServicePlugin,
     Connector,
     Distribution,
     Listener,
@@ -197,6 +198,34 @@ SSL_PROFILE = EntityType(
     check=checks.ssl_profile,
 )
 
+AUTH_SERVICE_PLUGIN = EntityType(
+    "authServicePlugin",
+    "org.apache.qpid.dispatch.authServicePlugin",
+    (
+        NAME,
+        _a("host", "string", IMPL, "host of the authentication service (enmesh-auth)", default=""),
+        _a("port", "string", IMPL, "its port, or amqp / amqps", default="amqp", convert=v.port),
+        _a(
+            "realm",
+            "string",
+            IMPL,
+            "hostname sent in the sasl-init to the service",
+            aliases=("saslInitHostname",),
+        ),
+        _a(
+            "sslProfile",
+            "string",
+            IMPL,
+            "TLS to the service: its caCertFile verifies the service's certificate",
+            aliases=("authSslProfile",),
+        ),
+        _a("authService", "string", IMPL, "deprecated HOST:PORT, used when host is not set"),
+    ),
+    AuthServicePlugin,
+    "an AMQP service that authenticates a listener's clients (the listener's saslPlugin)",
+    required=("name",),
+)
+
 _FAMILY = "would choose IPv4 or IPv6 for `host`; enmesh-router uses what `host` resolves to"
 
 
@@ -306,7 +335,12 @@ LISTENER = EntityType(
         _a("socketAddressFamily", "enum (IPv4|IPv6)", REFUSE, _FAMILY, aliases=("protocolFamily",)),
         *_endpoint("normal"),
         _a("authenticatePeer", "boolean", IMPL, "clients must authenticate", default="false"),
-        _a("saslPlugin", "string", REFUSE, "would authenticate through an authServicePlugin"),
+        _a(
+            "saslPlugin",
+            "string",
+            IMPL,
+            "the authServicePlugin that authenticates this listener's clients",
+        ),
         _a(
             "requireEncryption",
             "boolean",

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from proton import Connection, Transport
 
-from enmesh.router import security, tenancy
+from enmesh.router import pytls, security, tenancy
 from enmesh.router.config import Connector, Listener, resolve_password
 from enmesh.router.config_model import StripAnnotations
 from enmesh.router.engine import ProtonSocket, connect_nonblocking
 from enmesh.router.policy import Vhost, VhostGroup
 from enmesh.router.relay import CAPABILITY as RELAY_CAPABILITY
+from enmesh.router.saslrelay import Authenticated, SaslRelay
 from enmesh.router.saslscreen import SaslInputScreen
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class ConnectionInfo:
     opened_at: float | None = None  # time.monotonic() of the peer's open (management)
     strip: StripAnnotations = StripAnnotations.BOTH  # the listener's or connector's
     session_frames: int = 0  # maxSessionFrames: every session's incoming window
+    authenticated: Authenticated | None = None  # what an authServicePlugin's service said
 
     def internal(self, address: str) -> str:
         return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address
@@ -97,8 +99,16 @@ class Connecting:
             if tls
             else None
         )
-        transport = security.server_transport(
-            listener.sasl_mechanisms, listener.authenticate_peer, self.router.sasl, domain
+        relay = self._relay(listener)
+        terminator = None
+        if relay is not None and tls is not None:  # TLS in Python, so the relay sees SASL
+            terminator, domain = pytls.TlsTerminator(pytls.server_context(tls)), None
+        transport = (
+            security.relayed_transport()
+            if relay is not None
+            else security.server_transport(
+                listener.sasl_mechanisms, listener.authenticate_peer, self.router.sasl, domain
+            )
         )
         _limit(transport, listener)
         info = ConnectionInfo(
@@ -110,7 +120,7 @@ class Connecting:
             strip=listener.strip_annotations,
             session_frames=listener.max_session_frames,
         )
-        screen = security.first_bytes_screen(listener.require_ssl)
+        screen = security.first_bytes_screen(listener.require_ssl or terminator is not None)
         sasl_screen = SaslInputScreen()
         conn = ProtonSocket(
             self.router.loop,
@@ -119,11 +129,31 @@ class Connecting:
             self.router,
             peer=peer,
             screen=screen,
-            input_screen=sasl_screen,
+            input_screen=None if relay else sasl_screen,
+            front=relay,
+            tls=terminator,
         )
+        if relay is not None:
+            relay.send, relay.deliver = conn.send_raw, conn.deliver
+            relay.fail = conn.drop_when_written
+            conn.context["sasl_relay"] = relay
         self._adopt(conn, info)
         timeout = listener.initial_handshake_timeout_seconds
         self.router.admission.start(conn, info.identity, info.name, timeout)
+
+    def _relay(self, listener: Listener) -> SaslRelay | None:
+        """The SASL relay for a listener whose saslPlugin names an authServicePlugin."""
+        if not listener.sasl_plugin:
+            return None
+        plugin = self.router.config.auth_service_plugin(listener.sasl_plugin)
+        tls = self._tls(plugin.ssl_profile)
+        return SaslRelay(
+            self.router.loop,
+            plugin,
+            security.client_context(tls) if tls else None,
+            listener.sasl_mechanisms,
+            listener.authenticate_peer,
+        )
 
     def _adopt(self, conn: ProtonSocket, info: ConnectionInfo) -> None:
         info.identity = next(self._connection_ids)
@@ -183,14 +213,18 @@ class Connecting:
 
     def admit_client(self, conn: ProtonSocket, info: ConnectionInfo) -> bool:
         """Tenancy and connection limits for a client connection; closes it if refused."""
-        user = conn.transport.user or "anonymous"
-        info.user = user
+        relay: SaslRelay | None = conn.context.get("sasl_relay")
+        authenticated = relay.result if relay is not None else None
+        user = authenticated.identity if authenticated else conn.transport.user or "anonymous"
+        info.user, info.authenticated = user, authenticated
         hostname = (conn.connection.remote_hostname or "").split(":")[0]
         if info.multi_tenant:
             info.vhost_name = hostname
         if not self.router.policy_enabled:
+            if authenticated is not None and authenticated.authz is not None:
+                info.group = tenancy.authz_group(authenticated.authz)
             return True
-        admitted = tenancy.admit(self.router.vhosts, hostname, user)
+        admitted = tenancy.admit(self.router.vhosts, hostname, user, authenticated)
         if isinstance(admitted, str):
             conn.abort(UNAUTHORIZED, admitted)
             return False

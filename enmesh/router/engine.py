@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import heapq
-import itertools
 import logging
 import selectors
-import signal
 import socket
-import time
+import ssl
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proton import (
@@ -34,6 +30,12 @@ from proton import (
     symbol,
 )
 
+from enmesh.router.loop import Loop, Timer, _guarded
+
+# The loop lived here, and the router's modules import it from here too.
+__all__ = ["Acceptor", "EngineHandler", "Front", "InputScreen", "Loop", "ProtonSocket", "Timer"]
+__all__ += ["connect_nonblocking"]
+
 log = logging.getLogger("enmesh.router.engine")
 
 READ_CHUNK = 64 * 1024
@@ -41,148 +43,6 @@ CLOSE_GRACE_SECONDS = 5.0
 ACCEPT_PAUSE_SECONDS = 0.25  # at the descriptor limit: how long accepting stops
 ACCEPT_WARNING_INTERVAL_SECONDS = 30.0
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-Callback = Callable[[], None]
-
-
-@dataclass(order=True)
-class Timer:
-    deadline: float
-    sequence: int
-    callback: Callback = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
-
-    def cancel(self) -> None:
-        # The heap keeps a cancelled timer until its deadline: drop what the callback
-        # holds (a closed connection's whole engine) now rather than then.
-        self.cancelled = True
-        self.callback = _nothing
-
-
-def _nothing() -> None:
-    pass
-
-
-class Readable(Protocol):
-    def on_readable(self) -> None: ...
-    def on_writable(self) -> None: ...
-
-
-class Loop:
-    """Sockets, timers and a stop flag."""
-
-    def __init__(self) -> None:
-        self.selector = selectors.DefaultSelector()
-        self._timers: list[Timer] = []
-        self._sequence = itertools.count()
-        self._running = False
-        self._after_io: list[Callback] = []
-        self.on_idle: Callback | None = None  # runs after each round of I/O and callbacks
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    def call_later(self, delay: float, callback: Callback) -> Timer:
-        return self.call_at(self.now() + max(delay, 0.0), callback)
-
-    def call_at(self, deadline: float, callback: Callback) -> Timer:
-        timer = Timer(deadline, next(self._sequence), callback)
-        heapq.heappush(self._timers, timer)
-        return timer
-
-    def call_soon(self, callback: Callback) -> None:
-        self._after_io.append(callback)
-
-    def register(self, sock: socket.socket, handler: Readable, events: int) -> None:
-        self.selector.register(sock, events, handler)
-
-    def modify(self, sock: socket.socket, handler: Readable, events: int) -> None:
-        try:
-            key = self.selector.get_key(sock)
-        except KeyError:
-            self.selector.register(sock, events, handler)
-            return
-        if key.events != events:
-            self.selector.modify(sock, events, handler)
-
-    def unregister(self, sock: socket.socket) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self.selector.unregister(sock)
-
-    def stop(self) -> None:
-        """Safe from a signal handler: the wakeup socket ends the current wait."""
-        self._running = False
-
-    def install_signal_wakeup(self) -> None:
-        """Make signals interrupt select(); otherwise a handler waits for the next I/O."""
-        reader, writer = socket.socketpair()
-        reader.setblocking(False)
-        writer.setblocking(False)
-        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-        self._wakeup = (reader, writer)
-        self.register(reader, _Drain(reader), selectors.EVENT_READ)
-
-    def _run_due_timers(self) -> float | None:
-        now = self.now()
-        while self._timers and (self._timers[0].cancelled or self._timers[0].deadline <= now):
-            timer = heapq.heappop(self._timers)
-            if not timer.cancelled:
-                _guarded(timer.callback)
-        return self._timers[0].deadline - now if self._timers else None
-
-    def run(self) -> None:
-        self._running = True
-        while self._running:
-            self._iterate()
-
-    def run_until(self, condition: Callable[[], bool], timeout: float) -> bool:
-        """Run until `condition()` holds or `timeout` seconds pass; returns the condition."""
-        deadline = self.now() + timeout
-        self._running = True
-        while self._running and not condition() and self.now() < deadline:
-            self._iterate(max_wait=min(0.1, max(deadline - self.now(), 0.0)))
-        return condition()
-
-    def _iterate(self, max_wait: float | None = None) -> None:
-        """One round: due timers, ready sockets, queued callbacks, then the idle hook."""
-        timeout = self._run_due_timers()
-        if self._after_io:
-            timeout = 0.0
-        if max_wait is not None:
-            timeout = max_wait if timeout is None else min(timeout, max_wait)
-        for key, mask in self.selector.select(timeout):
-            handler: Readable = key.data
-            if mask & selectors.EVENT_READ:
-                handler.on_readable()
-            if mask & selectors.EVENT_WRITE:
-                handler.on_writable()
-        pending, self._after_io = self._after_io, []
-        for callback in pending:
-            _guarded(callback)
-        if self.on_idle is not None:
-            _guarded(self.on_idle)
-
-
-def _guarded(callback: Callback) -> None:
-    """Run a loop callback; a bug in one must not stop the router for everyone."""
-    try:
-        callback()
-    except Exception:
-        log.exception("callback %r failed", callback)
-
-
-class _Drain:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-
-    def on_readable(self) -> None:
-        try:
-            while self.sock.recv(512):
-                pass
-        except BlockingIOError:
-            pass
-
-    def on_writable(self) -> None:  # pragma: no cover - never registered for write
-        pass
 
 
 class InputScreen(Protocol):
@@ -191,6 +51,14 @@ class InputScreen(Protocol):
     done: bool
 
     def feed(self, data: bytes) -> str | None: ...
+
+
+class Front(Protocol):
+    """Speaks for proton until `done` (the SASL relay): `take` returns what proton sees."""
+
+    done: bool
+
+    def take(self, data: bytes) -> bytes: ...
 
 
 class EngineHandler(Protocol):
@@ -215,11 +83,17 @@ class ProtonSocket:
         connection: Connection | None = None,
         screen: Callable[[bytes], str | None] | None = None,
         input_screen: InputScreen | None = None,
+        front: Front | None = None,
+        tls: Any = None,  # a pytls.TlsTerminator: TLS in Python, in front of `front`
     ) -> None:
         self.loop = loop
         # Sees the first bytes before proton does; a reason it returns drops the socket.
         self.screen = screen
         self.input_screen = input_screen  # the same for every chunk, while it wants them
+        self.front = front
+        self.tls = tls
+        self._raw_out = b""  # what `front` writes, ahead of anything proton writes
+        self._drop_when_written = False
         self.sock = sock
         self.transport = transport
         self.handler = handler
@@ -269,6 +143,31 @@ class ProtonSocket:
             if refusal:
                 self._fail(refusal)
                 return
+        if data and self.tls is not None:
+            try:
+                data = self.tls.unwrap(data)
+            except ssl.SSLError as exc:  # a failed handshake, a bad record: this peer only
+                self._raw_out += self.tls.take_output()  # the alert, if any
+                self._flush()
+                self._fail(f"TLS: {exc.reason or exc}")
+                return
+            self._raw_out += self.tls.take_output()  # the handshake's answers
+            if self.tls.closed:
+                data = b""  # close_notify: as the end of the stream
+            elif not data:
+                self._flush()
+                self._update_interest()
+                return
+        if data and self.front is not None:
+            self.bytes_in += len(data)
+            data = self.front.take(data)
+            if self.front.done:
+                self.front = None
+            if not data:
+                self._flush()
+                self._update_interest()
+                return
+            self.bytes_in -= len(data)
         if data:
             self.bytes_in += len(data)
             self._push(data)
@@ -283,6 +182,27 @@ class ProtonSocket:
             log.debug("push to %s failed: %s", self.peer, exc)
             self.transport.close_tail()
 
+    def send_raw(self, data: bytes) -> None:
+        """Write bytes proton did not produce (the SASL relay's frames to the client)."""
+        if self.tls is not None:
+            self.tls.wrap(data)
+            data = self.tls.take_output()
+        self._raw_out += data
+        self._flush()
+        self._update_interest()
+
+    def deliver(self, data: bytes) -> None:
+        """Hand proton bytes the front held back, then carry on as if they just came."""
+        self._push(data)
+        self.process()
+
+    def drop_when_written(self, reason: str) -> None:
+        """End the connection once what `send_raw` queued has been written."""
+        log.info("connection %s: %s", self.peer, reason)
+        self._drop_when_written = True
+        self._flush()
+        self._update_interest()
+
     def on_writable(self) -> None:
         if self.closed:
             return
@@ -296,6 +216,26 @@ class ProtonSocket:
         self._update_interest()
 
     def _flush(self) -> None:
+        head_closed = False
+        if self.tls is not None:  # proton's output goes out through Python's TLS
+            pending = self.transport.pending()
+            if pending > 0:
+                self.tls.wrap(bytes(self.transport.peek(pending) or b""))
+                self.transport.pop(pending)
+            head_closed = pending < 0
+            self._raw_out += self.tls.take_output()
+        while self._raw_out:
+            sent = self._send(self._raw_out)
+            if sent is None:
+                return
+            self._raw_out = self._raw_out[sent:]
+        if self._drop_when_written:
+            self.drop()
+            return
+        if self.tls is not None:
+            if head_closed:
+                self._finish()
+            return
         while True:
             pending = self.transport.pending()
             if pending < 0:  # head closed: everything has been written
@@ -303,17 +243,24 @@ class ProtonSocket:
                 return
             if pending == 0:
                 return
-            try:
-                sent = self.sock.send(self.transport.peek(pending) or b"")
-            except BlockingIOError:
+            sent = self._send(self.transport.peek(pending) or b"")
+            if sent is None:
                 return
-            except OSError as exc:
-                self._fail(f"write failed: {exc.strerror}")
-                return
-            self.bytes_out += sent
             self.transport.pop(sent)
             if sent < pending:
                 return
+
+    def _send(self, data: bytes) -> int | None:
+        """Bytes the socket took; None: it takes no more now (or failed, and is closed)."""
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            self._fail(f"write failed: {exc.strerror}")
+            return None
+        self.bytes_out += sent
+        return sent
 
     def _update_interest(self) -> None:
         if self.closed:
@@ -321,7 +268,7 @@ class ProtonSocket:
         events = 0
         if self.transport.capacity() > 0:
             events |= selectors.EVENT_READ
-        if self._connecting or self.transport.pending() != 0:
+        if self._connecting or self._raw_out or self.transport.pending() != 0:
             events |= selectors.EVENT_WRITE
         if events == 0:
             if self.transport.closed:

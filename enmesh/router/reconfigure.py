@@ -341,11 +341,14 @@ class LiveConfig:
             info: ConnectionInfo = conn.context["info"]
             if conn.closed or info.role != "normal" or info.outgoing or info.opened_at is None:
                 continue
+            authenticated = info.authenticated
             if not router.policy_enabled:
                 info.vhost, info.group = None, None
+                if authenticated is not None and authenticated.authz is not None:
+                    info.group = tenancy.authz_group(authenticated.authz)
                 continue
             hostname = (conn.connection.remote_hostname or "").split(":")[0]
-            admitted = tenancy.admit(router.vhosts, hostname, info.user)
+            admitted = tenancy.admit(router.vhosts, hostname, info.user, authenticated)
             if isinstance(admitted, str):
                 log.info("connection %s (%s): closed: %s", conn.peer, info.user, admitted)
                 conn.abort(UNAUTHORIZED, admitted)

@@ -7,6 +7,7 @@ sasldb built from the model's users. ANONYMOUS is offered only when a listener l
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -76,6 +77,23 @@ def client_domain(tls: TlsFiles, verify_hostname: bool) -> SSLDomain:
         SSLDomain.VERIFY_PEER_NAME if verify_hostname else SSLDomain.VERIFY_PEER
     )
     return domain
+
+
+def client_context(tls: TlsFiles) -> ssl.SSLContext:
+    """Python's TLS, for a connection the router speaks by hand (the auth service):
+    verifies the peer's certificate and name with the profile's CA."""
+    context = ssl.create_default_context(cafile=tls.ca_cert_file)
+    if tls.cert_file and tls.private_key_file:
+        context.load_cert_chain(tls.cert_file, tls.private_key_file, tls.password)
+    return context
+
+
+def relayed_transport() -> Transport:
+    """A client transport whose SASL the router relays itself (enmesh.router.saslrelay):
+    proton sees only the AMQP layer, once SASL is over."""
+    transport = Transport(Transport.SERVER)
+    transport.require_auth(False)
+    return transport
 
 
 def _configure_sasl(transport: Transport, mechanisms: tuple[str, ...], sasl: SaslSettings) -> SASL:

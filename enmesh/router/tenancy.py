@@ -10,11 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from enmesh.router.policy import Vhost, VhostGroup
+from enmesh.router.saslrelay import Authenticated
 
 # qdrouterd's policy `defaultVhost`: the policy of clients whose hostname names no vhost.
 # enmesh stacks put their administrator there (docs/router.md "Live changes").
 DEFAULT_VHOST = "$default"
 UNKNOWN_GROUP = "$unknown"  # admitted by allowUnknownUser, with no rights at all
+AUTHZ_GROUP = "$authz"  # the rights an auth service sent (authServicePlugin)
 
 
 @dataclass(frozen=True)
@@ -23,12 +25,37 @@ class Admitted:
     group: VhostGroup
 
 
-def admit(vhosts: Mapping[str, Vhost], hostname: str, user: str) -> Admitted | str:
-    """The vhost and group for `user` naming `hostname`, or why the connection is refused."""
+def authz_group(authz: Mapping[str, tuple[str, ...]]) -> VhostGroup:
+    """What an auth service's `address-authz` grants, as qdrouterd applies it: those
+    targets and sources, and anonymous senders and dynamic sources allowed."""
+    return VhostGroup(
+        name=AUTHZ_GROUP,
+        sources=tuple(a for a, ops in authz.items() if "recv" in ops),
+        targets=tuple(a for a, ops in authz.items() if "send" in ops),
+        allow_anonymous_sender=True,
+        allow_dynamic_source=True,
+    )
+
+
+def admit(
+    vhosts: Mapping[str, Vhost],
+    hostname: str,
+    user: str,
+    authenticated: Authenticated | None = None,
+) -> Admitted | str:
+    """The vhost and group for `user` naming `hostname`, or why the connection is refused.
+
+    A user an auth service vouched for with permissions (`address-authz`) is not listed in
+    any vhost policy: their identity `<user>@<space>` names the one space they may use,
+    and the permissions replace the policy's group."""
     named = vhosts.get(hostname)
     vhost = named or vhosts.get(DEFAULT_VHOST)
     if vhost is None:
         return f"no address space {hostname!r} (set the AMQP hostname)"
+    if authenticated is not None and authenticated.authz is not None:
+        if user.rpartition("@")[2] != vhost.hostname and vhost.group_for(user) is None:
+            return f"user {user!r} may not use address space {vhost.hostname!r}"
+        return Admitted(vhost, authz_group(authenticated.authz))
     group = vhost.group_for(user)
     if group is None and not vhost.allow_unknown_user:
         if named is None:  # the default vhost serves only its members (the administrator)

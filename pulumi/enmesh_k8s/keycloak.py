@@ -13,9 +13,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from enmesh.auth.realm import REALM, realm_json
 from enmesh.k8s.config import KubeStackConfig
 from enmesh.k8s.layout import KubeLayout
-from enmesh.k8s.realm import REALM, realm_json
 from enmesh_k8s import workload as w
 from enmesh_k8s.network import KEYCLOAK_HTTPS, POSTGRES
 

@@ -99,7 +99,7 @@ def test_the_profiles_record_what_each_engine_has_and_where_it_came_from() -> No
     features = {e: profile_of(e).features for e in Engine}
     assert features[Engine.SKUPPER_ROUTER] == {Feature.VHOST_POLICY, Feature.SASL_CONFIG_DIR}
     assert features[Engine.QDROUTERD] == set(Feature)
-    assert features[Engine.ENMESH_ROUTER] == set(Feature) - {Feature.AUTH_SERVICE_PLUGIN}
+    assert features[Engine.ENMESH_ROUTER] == set(Feature)  # authServicePlugin too (saslrelay)
     sources = {e: profile_of(e).source for e in Engine}
     assert "skupper-router 3.4.1" in sources[Engine.SKUPPER_ROUTER]
     assert "7b985e930590e328dfdbe561024b329452bb7279" in sources[Engine.SKUPPER_ROUTER]
@@ -121,7 +121,7 @@ def test_the_profiles_record_what_each_engine_has_and_where_it_came_from() -> No
         (Engine.SKUPPER_ROUTER, Entity("listener", {"multiTenant": True}), "'multiTenant'"),
         (Engine.SKUPPER_ROUTER, Entity("autoLink", {"phase": 1}), "'phase'"),
         (Engine.ENMESH_ROUTER, Entity("listener", {"cost": 2}), "accepts only '1'"),
-        (Engine.ENMESH_ROUTER, Entity("authServicePlugin", {"name": "a"}), "'authServicePlugin'"),
+        (Engine.SKUPPER_ROUTER, Entity("authServicePlugin", {"name": "a"}), "'authServicePlugin'"),
     ],
 )
 def test_the_check_rejects_what_an_engine_would_refuse(

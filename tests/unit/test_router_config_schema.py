@@ -41,6 +41,7 @@ MINIMAL: dict[str, dict[str, str]] = {
     "autoLink": {"address": "a", "direction": "in", "connection": "broker"},
     "policy": {},
     "vhost": {"hostname": "v"},
+    "authServicePlugin": {"name": "auth-min"},
 }
 # A value each implemented attribute takes that differs from what it replaces, and the
 # attributes it needs beside it (None: drop that attribute).
@@ -84,6 +85,10 @@ SAMPLES: dict[tuple[str, str], tuple[str, dict[str, str | None]]] = {
     ("autoLink", "containerId"): ("rabbit", {"connection": None}),
     ("vhost", "hostname"): ("w", {}),
     ("vhost", "groups"): ('{"g": {"users": "u"}}', {}),
+    ("authServicePlugin", "name"): ("auth2", {}),
+    ("authServicePlugin", "port"): ("5673", {}),
+    ("authServicePlugin", "sslProfile"): ("tls", {}),
+    ("listener", "saslPlugin"): ("auth", {}),
 }
 # Implemented for qdrouterd's default only, refused otherwise, per value.
 VALUE_REFUSED = {
@@ -91,7 +96,9 @@ VALUE_REFUSED = {
     ("listener", "role"): "edge",
     ("connector", "role"): "edge",
 }
-EXTRA_BLOCKS = "connector {\n    name: broker2\n    port: 2\n}\n"
+EXTRA_BLOCKS = (
+    "connector {\n    name: broker2\n    port: 2\n}\nauthServicePlugin {\n    name: auth\n}\n"
+)
 
 
 def sample(kind: EntityType, attribute: Attribute) -> tuple[str, dict[str, str | None]]:

@@ -42,8 +42,9 @@ class Feature(Enum):
     )
     AUTH_SERVICE_PLUGIN = FeatureSpec(
         "an external auth service (authServicePlugin)",
-        (("authServicePlugin", None),),
-        "SASL delegated to a remote service (the compiler does not use it)",
+        (("authServicePlugin", None), ("listener", "saslPlugin")),
+        "SASL delegated to an AMQP auth service (enmesh-auth, backed by Keycloak); "
+        "the compiler does not render it yet",
     )
     SASL_CONFIG_DIR = FeatureSpec(
         "Cyrus SASL configuration directory (router saslConfigDir)",

@@ -1,4 +1,6 @@
-"""The Keycloak realm imported at boot: the model's users and their groups.
+"""The Keycloak realm imported at boot: the model's users and their groups. One builder
+for every target: the Kubernetes program (pulumi/enmesh_k8s/keycloak.py) and the tests
+that import it into a real Keycloak (tests/auth).
 
 As in EnMasse, a user's rights are group memberships: group `/<space>` per address space
 with subgroups `send_<pattern>`, `recv_<pattern>` and `manage`. Passwords come from the
@@ -14,6 +16,9 @@ from enmesh.compile.auth import sasl_identity
 from enmesh.model import MessagingUser, Model, Operation
 
 REALM = "enmesh"
+# The client enmesh-auth checks passwords with (password grant) and whose access tokens
+# carry the user's groups as full paths (`/<space>/send_<pattern>`).
+AUTH_CLIENT = "enmesh-auth"
 
 
 def _permissions(model: Model) -> dict[str, set[str]]:
@@ -63,6 +68,43 @@ def realm_json(model: Model, passwords: Mapping[str, str]) -> str:
             {"name": space, "subGroups": [{"name": g} for g in sorted(subgroups)]}
             for space, subgroups in sorted(groups.items())
         ],
+        "clients": [_auth_client()],
+        # Messaging users have no e-mail or names: Keycloak's profile check would hold
+        # every login ("Account is not fully set up").
+        "requiredActions": [
+            {
+                "alias": "VERIFY_PROFILE",
+                "name": "Verify Profile",
+                "providerId": "VERIFY_PROFILE",
+                "enabled": False,
+                "defaultAction": False,
+                "priority": 90,
+                "config": {},
+            }
+        ],
         "users": sorted(users, key=lambda u: str(u["username"])),
     }
     return json.dumps(realm, indent=2, sort_keys=True) + "\n"
+
+
+def _auth_client() -> dict[str, object]:
+    mapper = {
+        "name": "groups",
+        "protocol": "openid-connect",
+        "protocolMapper": "oidc-group-membership-mapper",
+        "config": {
+            "claim.name": "groups",
+            "full.path": "true",
+            "access.token.claim": "true",
+            "id.token.claim": "false",
+            "userinfo.token.claim": "false",
+        },
+    }
+    return {
+        "clientId": AUTH_CLIENT,
+        "enabled": True,
+        "publicClient": True,  # it holds no secret: a password grant proves the user only
+        "directAccessGrantsEnabled": True,
+        "standardFlowEnabled": False,
+        "protocolMappers": [mapper],
+    }

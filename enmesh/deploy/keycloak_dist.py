@@ -1,0 +1,128 @@
+"""Keycloak's server distribution from Maven Central, cached and checked.
+
+`org.keycloak:keycloak-quarkus-dist` is the archive Keycloak releases (bin/kc.sh, lib/).
+It is fetched once into a cache directory and verified against the SHA-1 Maven Central
+publishes beside it; a CI machine's setup step can run `python -m
+enmesh.deploy.keycloak_dist` to fill the cache before tests run. `kc.sh build` then
+fixes the build-time options (database vendor, health endpoints) into the unpacked copy,
+so each set of options gets its own copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+VERSION = "26.5.6"
+CACHE = Path(os.environ.get("ENMESH_KEYCLOAK_CACHE", "/var/cache/enmesh/keycloak"))
+MAVEN = "https://repo1.maven.org/maven2/org/keycloak/keycloak-quarkus-dist"
+BUILD_OPTIONS = ("--db=postgres", "--health-enabled=true")
+MIN_JAVA = 21  # Keycloak 26 needs Java 21 or newer
+
+
+def archive_url(version: str = VERSION) -> str:
+    return f"{MAVEN}/{version}/keycloak-quarkus-dist-{version}.tar.gz"
+
+
+@contextmanager
+def _locked(cache: Path) -> Iterator[None]:
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one fetch/build at a time per cache
+        yield
+
+
+def fetch(version: str = VERSION, cache: Path = CACHE) -> Path:
+    """The verified archive, downloaded only if the cache lacks it."""
+    with _locked(cache):
+        return _fetch(version, cache)
+
+
+def _fetch(version: str, cache: Path) -> Path:
+    archive = cache / f"keycloak-quarkus-dist-{version}.tar.gz"
+    with urllib.request.urlopen(archive_url(version) + ".sha1", timeout=60) as answer:
+        expected = answer.read().decode().split()[0].strip().lower()
+    if archive.exists() and _sha1(archive) == expected:
+        return archive
+    partial = archive.with_suffix(".part")
+    with (
+        urllib.request.urlopen(archive_url(version), timeout=600) as answer,
+        partial.open("wb") as out,
+    ):
+        shutil.copyfileobj(answer, out, 1 << 20)
+    actual = _sha1(partial)
+    if actual != expected:
+        partial.unlink()
+        raise RuntimeError(
+            f"{archive_url(version)}: SHA-1 {actual}, Maven Central says {expected}; not used"
+        )
+    partial.rename(archive)
+    return archive
+
+
+def _sha1(path: Path) -> str:
+    digest = hashlib.sha1()  # what Maven Central publishes; integrity, not a signature
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def java_home() -> Path:
+    """The newest JDK under /usr/lib/jvm that Keycloak accepts."""
+    best: tuple[int, Path] | None = None
+    for home in Path("/usr/lib/jvm").glob("*"):
+        match = re.search(r"(\d+)", home.name.replace("1.", "", 1))
+        major = int(match.group(1)) if match else 0
+        if (home / "bin" / "java").exists() and major >= MIN_JAVA and major > (best or (0,))[0]:
+            best = (major, home)
+    if best is None:
+        raise RuntimeError(f"Keycloak needs Java {MIN_JAVA}+; none found under /usr/lib/jvm")
+    return best[1]
+
+
+def installed(version: str = VERSION, cache: Path = CACHE) -> Path:
+    """An unpacked distribution with BUILD_OPTIONS built in (`kc.sh start --optimized`)."""
+    with _locked(cache):
+        home = cache / f"keycloak-{version}-built"
+        if (home / ".built").exists():
+            return home
+        archive = _fetch(version, cache)
+        shutil.rmtree(home, ignore_errors=True)
+        staging = cache / f"unpack-{version}"
+        shutil.rmtree(staging, ignore_errors=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="tar")
+        (staging / f"keycloak-{version}").rename(home)
+        staging.rmdir()
+        env = {**os.environ, "JAVA_HOME": str(java_home())}
+        subprocess.run(
+            [str(home / "bin" / "kc.sh"), "build", *BUILD_OPTIONS],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        (home / ".built").write_text(" ".join(BUILD_OPTIONS) + "\n")
+        return home
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Fetch and build Keycloak into the cache.")
+    parser.add_argument("--version", default=VERSION)
+    parser.add_argument("--cache", type=Path, default=CACHE)
+    args = parser.parse_args()
+    print(installed(args.version, args.cache))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""A real Keycloak on PostgreSQL with the test model's realm, enmesh-auth in front of
+it, and an enmesh-router whose listener authenticates through them (authServicePlugin).
+
+Keycloak's start dominates (about a minute on a busy 2-core machine), so everything
+here is started once per module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from enmesh.auth.realm import realm_json
+from enmesh.model.model import load_model
+from tests.support.keycloak import Keycloak, start_keycloak
+from tests.support.mesh import wait_until
+from tests.support.pki import Pki, make_pki
+from tests.support.ports import free_port, port_is_listening
+
+MODEL = Path(__file__).parents[1] / "fixtures" / "keycloak.model.yml"
+PASSWORDS = {"shop-alice": "alice-secret", "shop-bob": "bob-secret", "lab-carol": "carol-secret"}
+ROUTER_BIN = Path(sys.executable).parent / "enmesh-router"
+
+
+@dataclass
+class AuthStack:
+    keycloak: Keycloak
+    pki: Pki
+    auth_port: int
+    router_port: int  # plain AMQP, authServicePlugin -> enmesh-auth
+    dead_port: int  # a listener whose authServicePlugin points at nothing
+    tls_port: int  # amqps, TLS terminated in Python in front of the relay
+    router_log: Path
+    auth_log: Path
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    # proton clients check the router's certificate against their AMQP hostname (the space)
+    hostnames = ("localhost", "127.0.0.1", "shop", "lab")
+    components = ["keycloak", "auth", "router"]
+    return make_pki(tmp_path_factory.mktemp("pki"), components, hostnames, key_type="rsa")
+
+
+@pytest.fixture(scope="module")
+def keycloak(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Keycloak]:
+    state = tmp_path_factory.mktemp("keycloak")
+    server = start_keycloak(state, pki.cert("keycloak"), pki.key("keycloak"), pki.ca_cert)
+    try:
+        model = load_model([MODEL])
+        server.admin("POST", "", json.loads(realm_json(model, PASSWORDS)))
+        yield server
+    finally:
+        server.stop()
+        server.database.stop()
+
+
+def auth_service_process(
+    keycloak: Keycloak, pki: Pki, log: Path
+) -> tuple[subprocess.Popen[str], int]:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "enmesh.auth",
+            "--port",
+            "0",
+            "--cert",
+            str(pki.cert("auth")),
+            "--key",
+            str(pki.key("auth")),
+            "--keycloak-url",
+            keycloak.url,
+            "--keycloak-ca",
+            str(pki.ca_cert),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()  # printed once it listens
+    match = re.search(r"listening on [^:]+:(\d+)", line)
+    if not match:
+        process.kill()
+        raise RuntimeError(f"enmesh-auth did not start: {line!r} {log.read_text()[-2000:]}")
+    return process, int(match[1])
+
+
+def router_config(directory: Path, pki: Pki, auth_port: int, ports: tuple[int, int, int]) -> Path:
+    policies = directory / "policies"
+    policies.mkdir()
+    for space in ("shop", "lab"):
+        vhost = [["vhost", {"hostname": space, "maxConnections": 100, "groups": {}}]]
+        (policies / f"{space}.json").write_text(json.dumps(vhost))
+    config = directory / "router.conf"
+    config.write_text(
+        f"""
+router {{
+    mode: standalone
+    id: keycloak-test
+}}
+sslProfile {{
+    name: auth-service-tls
+    caCertFile: {pki.ca_cert}
+}}
+authServicePlugin {{
+    name: enmesh-auth
+    host: 127.0.0.1
+    port: {auth_port}
+    sslProfile: auth-service-tls
+}}
+sslProfile {{
+    name: client-tls
+    certFile: {pki.cert("router")}
+    privateKeyFile: {pki.key("router")}
+}}
+listener {{
+    host: 127.0.0.1
+    port: {ports[2]}
+    role: normal
+    authenticatePeer: yes
+    sslProfile: client-tls
+    saslPlugin: enmesh-auth
+    multiTenant: yes
+}}
+authServicePlugin {{
+    name: nowhere
+    host: 127.0.0.1
+    port: {free_port()}
+}}
+listener {{
+    host: 127.0.0.1
+    port: {ports[0]}
+    role: normal
+    authenticatePeer: yes
+    saslPlugin: enmesh-auth
+    saslMechanisms: PLAIN
+    multiTenant: yes
+}}
+listener {{
+    host: 127.0.0.1
+    port: {ports[1]}
+    role: normal
+    authenticatePeer: yes
+    saslPlugin: nowhere
+}}
+address {{
+    prefix: shop
+    distribution: balanced
+}}
+address {{
+    prefix: lab
+    distribution: balanced
+}}
+policy {{
+    enableVhostPolicy: true
+    policyDir: {policies}
+}}
+"""
+    )
+    return config
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, keycloak: Keycloak, pki: Pki
+) -> Iterator[AuthStack]:
+    directory = tmp_path_factory.mktemp("auth-stack")
+    auth_log = directory / "enmesh-auth.log"
+    auth, auth_port = auth_service_process(keycloak, pki, auth_log)
+    ports = (free_port(), free_port(), free_port())
+    config = router_config(directory, pki, auth_port, ports)
+    log = directory / "router.log"
+    router = subprocess.Popen(
+        [str(ROUTER_BIN), "--config", str(config)], stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    try:
+        wait_until(lambda: port_is_listening(ports[0]), 20, "the router to listen")
+        yield AuthStack(keycloak, pki, auth_port, ports[0], ports[1], ports[2], log, auth_log)
+    finally:
+        for process in (router, auth):
+            process.terminate()
+            process.wait(10)

@@ -1,0 +1,166 @@
+"""Clients authenticate through enmesh-router's authServicePlugin, enmesh-auth and a real
+Keycloak: passwords, group membership, tenants and user changes are Keycloak's alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from proton import ConnectionException, Message, SSLDomain
+from proton.reactor import AtMostOnce
+from proton.utils import BlockingConnection, LinkDetached
+
+from tests.auth.conftest import AuthStack
+
+SHOP_PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
+
+
+def connect(stack: AuthStack, user: str, password: str, vhost: str, port: int = 0) -> Any:
+    return BlockingConnection(
+        f"amqp://127.0.0.1:{port or stack.router_port}",
+        timeout=20,
+        user=user,
+        password=password,
+        virtual_host=vhost,
+        allowed_mechs="PLAIN",
+        allow_insecure_mechs=True,  # plain AMQP on loopback: the test's own machine
+    )
+
+
+def refusal(stack: AuthStack, user: str, password: str, vhost: str, port: int = 0) -> str:
+    with pytest.raises(ConnectionException) as refused:
+        connect(stack, user, password, vhost, port).close()
+    return str(refused.value)
+
+
+def may(connection: Any, address: str, receive: bool) -> bool:
+    try:
+        link = connection.create_receiver(address) if receive else connection.create_sender(address)
+    except LinkDetached as exc:
+        assert "unauthorized" in str(exc)
+        return False
+    link.close()
+    return True
+
+
+def test_keycloak_password_and_groups_decide(stack: AuthStack) -> None:
+    alice = connect(stack, "alice@shop", "alice-secret", "shop")
+    try:
+        receiver = alice.create_receiver("orders")
+        # Presettled: a blocking unsettled send would wait for the accept below.
+        alice.create_sender("orders", options=AtMostOnce()).send(Message(body="via keycloak"))
+        assert receiver.receive(timeout=10).body == "via keycloak"
+        assert not may(alice, "audit", receive=True)  # no recv_audit group
+    finally:
+        alice.close()
+    bob = connect(stack, "bob@shop", "bob-secret", "shop")
+    try:
+        assert may(bob, "audit", receive=True)
+        assert may(bob, "orders", receive=True)
+        assert not may(bob, "orders", receive=False)  # recv only
+    finally:
+        bob.close()
+
+
+def test_plain_over_tls(stack: AuthStack) -> None:
+    """TLS terminated by the router in Python, SASL relayed inside it."""
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(stack.pki.ca_cert))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+    options: dict[str, Any] = {
+        "timeout": 20,
+        "virtual_host": "shop",
+        "allowed_mechs": "PLAIN",
+        "ssl_domain": domain,
+        "sasl_enabled": True,
+    }
+    url = f"amqps://127.0.0.1:{stack.tls_port}"
+    alice = BlockingConnection(url, user="alice@shop", password="alice-secret", **options)
+    try:
+        receiver = alice.create_receiver("orders")
+        # Presettled: a blocking unsettled send would wait for an accept nobody sends yet.
+        alice.create_sender("orders", options=AtMostOnce()).send(Message(body="inside TLS"))
+        assert receiver.receive(timeout=10).body == "inside TLS"
+    finally:
+        alice.close()
+    bob = BlockingConnection(url, user="bob@shop", password="bob-secret", **options)
+    try:
+        assert may(bob, "audit", receive=True)
+        assert not may(bob, "audit", receive=False)
+    finally:
+        bob.close()
+    with pytest.raises(ConnectionException, match="unauthorized"):
+        BlockingConnection(url, user="bob@shop", password="wrong", **options).close()
+    # A client that rejects the certificate (not issued for "nowhere") ends only its own
+    # handshake; the router serves the next client.
+    with pytest.raises(ConnectionException):
+        wrong_name = {**options, "virtual_host": "nowhere"}
+        BlockingConnection(url, user="bob@shop", password="bob-secret", **wrong_name).close()
+    BlockingConnection(url, user="bob@shop", password="bob-secret", **options).close()
+
+
+def test_wrong_password_is_refused(stack: AuthStack) -> None:
+    assert "unauthorized" in refusal(stack, "alice@shop", "not-her-password", "shop")
+    assert "unauthorized" in refusal(stack, "nobody@shop", "whatever", "shop")
+
+
+def test_tenants_stay_isolated(stack: AuthStack) -> None:
+    """carol@lab's password is right, but shop is not her address space."""
+    assert "may not use address space 'shop'" in refusal(stack, "carol@lab", "carol-secret", "shop")
+    carol = connect(stack, "carol@lab", "carol-secret", "lab")
+    try:
+        assert may(carol, "orders", receive=False)
+    finally:
+        carol.close()
+
+
+def test_keycloak_user_changes_need_no_router_change(stack: AuthStack) -> None:
+    keycloak = stack.keycloak
+    groups = {
+        g["name"]: g for g in keycloak.admin("GET", "/enmesh/groups?briefRepresentation=false")
+    }
+    sub = {
+        g["name"]: g["id"]
+        for g in keycloak.admin("GET", f"/enmesh/groups/{groups['shop']['id']}/children")
+    }
+    keycloak.admin(
+        "POST",
+        "/enmesh/users",
+        {
+            "username": "dave@shop",
+            "enabled": True,
+            "credentials": [{"type": "password", "value": "dave-secret", "temporary": False}],
+        },
+    )
+    (dave,) = keycloak.admin("GET", "/enmesh/users?exact=true&username=dave@shop")
+    keycloak.admin("PUT", f"/enmesh/users/{dave['id']}/groups/{sub['send_orders']}")
+
+    first = connect(stack, "dave@shop", "dave-secret", "shop")
+    assert may(first, "orders", receive=False)
+    assert not may(first, "orders", receive=True)
+
+    keycloak.admin("PUT", f"/enmesh/users/{dave['id']}", {**dave, "enabled": False})
+    assert "unauthorized" in refusal(stack, "dave@shop", "dave-secret", "shop")
+    assert may(first, "orders", receive=False)  # the open connection carries on
+    first.close()
+
+
+def test_auth_service_down_refuses_new_connections(stack: AuthStack) -> None:
+    assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop", stack.dead_port)
+    assert "auth service" in stack.router_log.read_text()
+
+
+def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthStack) -> None:
+    """Last in this module: it stops Keycloak."""
+    open_before = connect(stack, "alice@shop", "alice-secret", "shop")
+    receiver = open_before.create_receiver("orders")
+    process = stack.keycloak.process
+    assert process is not None
+    process.terminate()
+    # Wait on the open connection, so its heartbeats keep flowing meanwhile.
+    open_before.wait(lambda: process.poll() is not None, timeout=60, msg="Keycloak to stop")
+    assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop")
+    assert "Keycloak at" in stack.auth_log.read_text()  # why, in enmesh-auth's log
+    open_before.create_sender("orders", options=AtMostOnce()).send(Message(body="still here"))
+    assert receiver.receive(timeout=10).body == "still here"
+    open_before.close()
