@@ -159,6 +159,11 @@ class SocketConnection:
         else:
             self.gateway.loop.unregister(self.sock)
 
+    def drop_after_bug(self) -> None:
+        """The loop caught an exception in this device's handling: close its socket now
+        (its session counts it as lost: a will is published)."""
+        self._finish()
+
     def close(self) -> None:
         """Flush what the session wrote (a CONNACK or DISCONNECT), then close."""
         if self.closed:

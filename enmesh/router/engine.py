@@ -353,6 +353,10 @@ class ProtonSocket:
         log.info("connection %s: %s", self.peer, reason)
         self.drop()
 
+    def drop_after_bug(self) -> None:
+        """The loop caught an exception in this socket's handling: end it (enmesh.router.loop)."""
+        self.drop()
+
     def drop(self) -> None:
         """Close the socket now, without a word to the peer (e.g. one that never spoke)."""
         if self.closed:

@@ -128,16 +128,30 @@ class Loop:
         if max_wait is not None:
             timeout = max_wait if timeout is None else min(timeout, max_wait)
         for key, mask in self.selector.select(timeout):
-            handler: Readable = key.data
-            if mask & selectors.EVENT_READ:
-                handler.on_readable()
-            if mask & selectors.EVENT_WRITE:
-                handler.on_writable()
+            _serve(key.data, mask)
         pending, self._after_io = self._after_io, []
         for callback in pending:
             _guarded(callback)
         if self.on_idle is not None:
             _guarded(self.on_idle)
+
+
+def _serve(handler: Readable, mask: int) -> None:
+    """A ready socket's handler; a bug in it ends that socket's connection, not the loop.
+
+    A handler that can end its connection after such a bug has `drop_after_bug`; one that
+    has not (a listening socket) is left as it is: it is tried again on its next event.
+    """
+    try:
+        if mask & selectors.EVENT_READ:
+            handler.on_readable()
+        if mask & selectors.EVENT_WRITE:
+            handler.on_writable()
+    except Exception:
+        log.exception("socket handler %r failed; ending its connection", handler)
+        drop = getattr(handler, "drop_after_bug", None)
+        if drop is not None:
+            _guarded(drop)
 
 
 def _guarded(callback: Callback) -> None:

@@ -133,6 +133,10 @@ class ServiceLink:
         self.close()
         self.on_lost(reason)
 
+    def drop_after_bug(self) -> None:
+        """The loop caught an exception in this link's handling: the client is refused."""
+        self._lose("the authentication service link failed")
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -169,6 +173,7 @@ class SaslRelay:
         self._started = False
         self._service: ServiceLink | None = None
         self._mechanisms_sent = False
+        self._offered: frozenset[str] = frozenset()  # what the client may choose from
         self._accepted = False  # the service said OK; waiting for its open
         self._held = b""  # client bytes after SASL, before we have answered it
 
@@ -205,6 +210,10 @@ class SaslRelay:
         if isinstance(item, Frame) and item.kind == frames.SASL_FRAME and self._service:
             if item.code == frames.SASL_INIT:
                 mechanism, response = item.field(0), item.field(1)
+                if str(mechanism) not in self._offered:  # the listener's saslMechanisms
+                    self._outcome(frames.AUTH)
+                    self._end_client(f"SASL mechanism {str(mechanism)!r} was not offered")
+                    return None
                 fields = [mechanism, response, self.plugin.realm]
                 self._service.send(frames.encode(frames.SASL_FRAME, frames.SASL_INIT, fields))
                 return None
@@ -288,6 +297,7 @@ class SaslRelay:
         self.fail(reason)
 
     def _offer(self, mechanisms: list[str]) -> None:
+        self._offered = frozenset(mechanisms)
         array = frames.symbols(*mechanisms)
         self._mechanisms_sent = True
         self.send(frames.SASL_HEADER + _mechanisms(array))

@@ -37,6 +37,7 @@ class AuthStack:
     router_port: int  # plain AMQP, authServicePlugin -> enmesh-auth
     dead_port: int  # a listener whose authServicePlugin points at nothing
     tls_port: int  # amqps, TLS terminated in Python in front of the relay
+    scram_only_port: int  # saslMechanisms the service does not offer: nothing to choose
     router_log: Path
     auth_log: Path
 
@@ -94,7 +95,9 @@ def auth_service_process(
     return process, int(match[1])
 
 
-def router_config(directory: Path, pki: Pki, auth_port: int, ports: tuple[int, int, int]) -> Path:
+def router_config(
+    directory: Path, pki: Pki, auth_port: int, ports: tuple[int, int, int, int]
+) -> Path:
     policies = directory / "policies"
     policies.mkdir()
     for space in ("shop", "lab"):
@@ -152,6 +155,15 @@ listener {{
     authenticatePeer: yes
     saslPlugin: nowhere
 }}
+listener {{
+    host: 127.0.0.1
+    port: {ports[3]}
+    role: normal
+    authenticatePeer: yes
+    saslPlugin: enmesh-auth
+    saslMechanisms: SCRAM-SHA-256
+    multiTenant: yes
+}}
 address {{
     prefix: shop
     distribution: balanced
@@ -176,7 +188,7 @@ def stack(
     directory = tmp_path_factory.mktemp("auth-stack")
     auth_log = directory / "enmesh-auth.log"
     auth, auth_port = auth_service_process(keycloak, pki, auth_log)
-    ports = (free_port(), free_port(), free_port())
+    ports = (free_port(), free_port(), free_port(), free_port())
     config = router_config(directory, pki, auth_port, ports)
     log = directory / "router.log"
     router = subprocess.Popen(
@@ -184,7 +196,9 @@ def stack(
     )
     try:
         wait_until(lambda: port_is_listening(ports[0]), 20, "the router to listen")
-        yield AuthStack(keycloak, pki, auth_port, ports[0], ports[1], ports[2], log, auth_log)
+        yield AuthStack(
+            keycloak, pki, auth_port, ports[0], ports[1], ports[2], ports[3], log, auth_log
+        )
     finally:
         for process in (router, auth):
             process.terminate()

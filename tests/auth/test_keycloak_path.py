@@ -3,13 +3,15 @@ Keycloak: passwords, group membership, tenants and user changes are Keycloak's a
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
-from proton import ConnectionException, Message, SSLDomain
+from proton import ConnectionException, Message, SSLDomain, symbol
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection, LinkDetached
 
+from enmesh.auth import frames
 from tests.auth.conftest import AuthStack
 
 SHOP_PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -164,3 +166,31 @@ def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthSt
     open_before.create_sender("orders", options=AtMostOnce()).send(Message(body="still here"))
     assert receiver.receive(timeout=10).body == "still here"
     open_before.close()
+
+
+def test_a_mechanism_the_listener_does_not_offer_is_refused(stack: AuthStack) -> None:
+    """A client may only choose among the mechanisms offered: a listener limited to
+    SCRAM-SHA-256 (which the service lacks) offers nothing, and a raw SASL exchange that
+    picks PLAIN anyway, with a right password, gets `auth` (it was passed to the service,
+    which accepted it)."""
+    reader = frames.FrameReader()
+    items: list[Any] = []
+    with socket.create_connection(("127.0.0.1", stack.scram_only_port), timeout=20) as sock:
+        sock.sendall(frames.SASL_HEADER)
+
+        def until(code: int) -> Any:
+            while True:
+                for item in items:
+                    if isinstance(item, frames.Frame) and item.code == code:
+                        return item
+                data = sock.recv(4096)
+                assert data, f"closed before frame {code:#x}: {items}"
+                items.extend(reader.feed(data))
+
+        offered = [str(m) for m in until(frames.SASL_MECHANISMS).field(0) or []]
+        assert "PLAIN" not in offered, offered
+        response = b"\0alice@shop\0" + SHOP_PASSWORDS["alice"].encode()
+        init = [symbol("PLAIN"), response, "shop"]
+        sock.sendall(frames.encode(frames.SASL_FRAME, frames.SASL_INIT, init))
+        outcome = until(frames.SASL_OUTCOME)
+    assert int(outcome.field(0)) == frames.AUTH
