@@ -202,8 +202,12 @@ class MeshClient:
     # --- subscribing ---------------------------------------------------------------------
 
     def subscribe(self, address: str) -> None:
-        if address in self.receivers:
-            self.owner.on_subscribed(address, packets.SUCCESS, "")
+        existing = self.receivers.get(address)
+        if existing is not None:
+            # Only an attach the router has answered is a grant; one still attaching is
+            # answered, for every subscription waiting on it, when the router answers.
+            if existing.state & Endpoint.REMOTE_ACTIVE:
+                self.owner.on_subscribed(address, packets.SUCCESS, "")
             return
         receiver = self._session.receiver(f"{self.name}/sub/{address}")
         receiver.source.address = address

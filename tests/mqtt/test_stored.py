@@ -63,3 +63,28 @@ def test_retained_message_goes_to_a_later_subscriber(device_factory: Any) -> Non
     assert [rc.value for rc in cleared.subscribe("alerts", qos=1)] == [1]
     assert publisher.publish("alerts", b"live", qos=1) == 0
     assert cleared.receive().payload == b"live"  # first: no retained message came before it
+
+
+def test_a_refused_topic_listed_twice_gets_no_retained_message(device_factory: Any) -> None:
+    """device@iot may not receive from `telemetry`. Subscribing to it twice in one
+    SUBSCRIBE must not turn the second entry into a grant (it answered at once while the
+    router was still deciding the first) and hand over the retained message."""
+    publisher = device_factory("device@iot", client_id="retain-telemetry")
+    assert publisher.connect() == 0
+    publisher.client.publish("telemetry", b"retained reading", qos=0, retain=True)
+    allowed = device_factory("backend@iot", client_id="telemetry-reader")
+    assert allowed.connect() == 0
+    assert [rc.value for rc in allowed.subscribe("telemetry", qos=1)] == [1]
+    assert allowed.receive().payload == b"retained reading"  # it is stored
+    try:
+        snooper = device_factory("device@iot", client_id="snooper")
+        assert snooper.connect() == 0
+        snooper.client.subscribe([("telemetry", 1), ("telemetry", 1)])
+        assert [rc.value for rc in snooper.subacks.get(timeout=10)] == [135, 135]
+        assert [rc.value for rc in snooper.subscribe("broadcast", qos=1)] == [1]
+        backend = device_factory("backend@iot", client_id="announcer")
+        assert backend.connect() == 0
+        assert backend.publish("broadcast", b"live", qos=1) == 0
+        assert snooper.receive().payload == b"live"  # first: nothing of telemetry before it
+    finally:
+        publisher.client.publish("telemetry", b"", qos=0, retain=True)
