@@ -377,7 +377,9 @@ def _outcome(delivery: Delivery) -> tuple[int, str]:
         return packets.NOT_AUTHORIZED, _describe(condition, "")
     if state == Delivery.REJECTED:
         return packets.UNSPECIFIED, _describe(condition, "rejected by the mesh")
-    return packets.UNSPECIFIED, "released: no consumer took the message"
+    # Released: no consumer took it (multicast with no receiver anywhere settles so): for
+    # MQTT a success, 0x10 "no matching subscribers" (3.1.1 just acknowledges it).
+    return packets.NO_SUBSCRIBERS, "no consumer took the message"
 
 
 def _describe(condition: Condition | None, default: str) -> str:

@@ -33,6 +33,7 @@ log = logging.getLogger("enmesh.mqtt.wills")
 
 Key = tuple[str, str]  # (address space, client id)
 WILL_SETTLE_TIMEOUT = 30.0  # a will the mesh does not take by then is given up, logged
+WILL_TOKENS = 1 << 16  # the first will token: past every MQTT packet id
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS wills (
@@ -199,7 +200,9 @@ class _Publisher:
 
     def __init__(self, service: WillService, wills: list[StoredWill]) -> None:
         self.service = service
-        self.waiting = {i + 1: w for i, w in enumerate(wills)}
+        # Tokens above MQTT's packet ids: a will can share the device's own mesh connection,
+        # whose in-flight publishes are keyed by their packet ids (1-65535).
+        self.waiting = {WILL_TOKENS + i: w for i, w in enumerate(wills)}
         self.timer = service.gateway.loop.call_later(WILL_SETTLE_TIMEOUT, self._give_up)
 
     def on_mesh_open(self) -> None:
@@ -213,7 +216,7 @@ class _Publisher:
         stored = self.waiting.pop(token, None)
         if stored is None:
             return
-        if reason == packets.SUCCESS:
+        if reason < packets.UNSPECIFIED:  # taken (0x10: by no one; MQTT counts it published)
             self.service.published += 1
         else:
             log.warning("will of %s to %r refused: %s", stored.identity, stored.will.topic, text)
@@ -245,7 +248,13 @@ class _Publisher:
         pass
 
     def on_sender_attached(self, address: str) -> None:
-        pass
+        """The mesh let the will's sender attach (the user may send there): a retained
+        will is kept as the topic's retained message (MQTT-3.1.2-17), delivered or not."""
+        for stored in self.waiting.values():
+            will = stored.will
+            if will.retain and will.topic == address:
+                retained = Publish(will.topic, will.payload, will.qos, True, 0, will.props)
+                self.service.gateway.retained.put(stored.key[0], retained)
 
     def on_message(self, topic: str, delivery: Delivery, message: Message) -> None:
         pass

@@ -140,7 +140,7 @@ class Device:
         client_id: str = "",
         transport: str = "tcp",
         ca: Path | None = None,
-        will: tuple[str, bytes, int] | None = None,
+        will: tuple[str, bytes, int] | tuple[str, bytes, int, bool] | None = None,
         will_props: Any = None,
     ) -> None:
         self.client = mqtt.Client(
@@ -155,7 +155,8 @@ class Device:
         if ca is not None:
             self.client.tls_set(ca_certs=str(ca))
         if will is not None:
-            self.client.will_set(will[0], will[1], will[2], properties=will_props)
+            retain = bool(will[3]) if len(will) > 3 else False
+            self.client.will_set(will[0], will[1], will[2], retain, properties=will_props)
         self.connects: queue.Queue[Any] = queue.Queue()
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.acks: queue.Queue[tuple[int, Any]] = queue.Queue()

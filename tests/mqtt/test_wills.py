@@ -4,6 +4,8 @@ of the gateway (SIGKILL), then published with the address space's will account."
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import signal
 import socket
 import struct
@@ -135,3 +137,35 @@ def test_will_published_when_keep_alive_is_missed(
         # it said why before closing: DISCONNECT with 0x8D, keep alive timeout
         answer = read_all(sock)
         assert answer[0] == 0xE0 and answer[2] == 0x8D, answer
+
+
+def test_a_retained_will_to_a_topic_nobody_listens_to_is_kept_as_retained(
+    device_factory: Any,
+) -> None:
+    """backend@iot's will goes to `broadcast` (multicast) with retain set, while nobody
+    listens: it is the topic's retained message for whoever subscribes later
+    (MQTT-3.1.2-17), whether or not the mesh has delivered it yet."""
+    device = device_factory(
+        "backend@iot", client_id="dying", will=("broadcast", b"backend offline", 1, True)
+    )
+    assert device.connect() == 0
+    device.kill()
+    try:
+        late = device_factory("device@iot", client_id="late-listener")
+        assert late.connect() == 0
+        retained = None
+        for _ in range(30):  # stored once the gateway has seen the socket die
+            assert [rc.value for rc in late.subscribe("broadcast", qos=1)] == [1]
+            with contextlib.suppress(queue.Empty):
+                while retained is None:  # the will may also arrive live, unretained
+                    message = late.receive(timeout=1)
+                    if message.retain:
+                        retained = message
+            if retained is not None:
+                break
+            late.client.unsubscribe("broadcast")
+        assert retained is not None and retained.payload == b"backend offline"
+    finally:
+        cleaner = device_factory("backend@iot", client_id="cleaner")
+        assert cleaner.connect() == 0
+        cleaner.client.publish("broadcast", b"", qos=0, retain=True)  # clear it
