@@ -299,6 +299,9 @@ class Router:
 
     def on_closed(self, conn: ProtonSocket) -> None:
         info: ConnectionInfo = conn.context["info"]
+        relay = conn.context.get("sasl_relay")
+        if relay is not None:
+            relay.abandon()  # its link to the auth service, if still open
         self.admission.closed(conn, info.identity)
         self.connections.pop(info.identity, None)
         links = []

@@ -63,12 +63,10 @@ class ServiceLink:
         self._connecting = True
         self._handshaking = tls is not None
         self.closed = False
-        raw = connect_nonblocking(*address)
-        self.sock: socket.socket = (
-            tls.wrap_socket(raw, server_hostname=address[0], do_handshake_on_connect=False)
-            if tls
-            else raw
-        )
+        self._tls, self._hostname = tls, address[0]
+        # TLS wraps the socket once TCP is connected: Python's ssl cannot wrap a
+        # non-blocking socket whose connect is still in progress (BlockingIOError).
+        self.sock: socket.socket = connect_nonblocking(*address)
         loop.register(self.sock, self, selectors.EVENT_READ | selectors.EVENT_WRITE)
 
     def send(self, data: bytes) -> None:
@@ -84,6 +82,12 @@ class ServiceLink:
                 if error:
                     raise OSError(error, errno.errorcode.get(error, str(error)))
                 self._connecting = False
+                if self._tls is not None:
+                    self.loop.unregister(self.sock)
+                    self.sock = self._tls.wrap_socket(
+                        self.sock, server_hostname=self._hostname, do_handshake_on_connect=False
+                    )
+                    self.loop.register(self.sock, self, selectors.EVENT_READ)
             if self._handshaking:
                 self.sock.do_handshake()  # type: ignore[attr-defined]
                 self._handshaking = False
@@ -223,6 +227,12 @@ class SaslRelay:
                 return None
         self._end_client(f"unexpected in the SASL exchange: {item!r}"[:200])
         return None
+
+    def abandon(self) -> None:
+        """The client's connection has ended: the service has no one left to answer."""
+        self.done = True
+        if self._service is not None:
+            self._service.close()
 
     def _end_client(self, reason: str) -> None:
         if self._service is not None:

@@ -4,6 +4,7 @@ Keycloak: passwords, group membership, tenants and user changes are Keycloak's a
 from __future__ import annotations
 
 import socket
+import subprocess
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from enmesh.auth import frames
 from tests.auth.conftest import AuthStack
+from tests.support.mesh import wait_until
 
 SHOP_PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
 
@@ -194,3 +196,31 @@ def test_a_mechanism_the_listener_does_not_offer_is_refused(stack: AuthStack) ->
         sock.sendall(frames.encode(frames.SASL_FRAME, frames.SASL_INIT, init))
         outcome = until(frames.SASL_OUTCOME)
     assert int(outcome.field(0)) == frames.AUTH
+
+
+def _links_to(port: int) -> int:
+    """Established TCP connections to 127.0.0.1:`port` (the router's to the service)."""
+    out = subprocess.run(
+        ["ss", "-Htn", "state", "established", "dst", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return len(out.splitlines())
+
+
+def test_a_client_that_leaves_mid_sasl_ends_the_routers_service_link(stack: AuthStack) -> None:
+    """The router opens a connection to the auth service per SASL exchange; a client that
+    goes away before the outcome must not leave it open (it stayed until the service's
+    own timeout)."""
+    before = _links_to(stack.auth_port)
+    with socket.create_connection(("127.0.0.1", stack.router_port), timeout=20) as sock:
+        sock.sendall(frames.SASL_HEADER)
+        reader = frames.FrameReader()
+        items: list[Any] = []
+        while not any(isinstance(i, frames.Frame) for i in items):  # the mechanisms
+            data = sock.recv(4096)
+            assert data, items
+            items.extend(reader.feed(data))
+        assert _links_to(stack.auth_port) == before + 1  # the exchange's service link
+    wait_until(lambda: _links_to(stack.auth_port) == before, 10, "the service link to close")
