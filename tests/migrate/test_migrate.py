@@ -47,8 +47,8 @@ def depth(mesh: Mesh, queue: str) -> int:
     return {r["name"]: int(r["messages"]) for r in broker.list_queues()}[queue]
 
 
-def send(mesh: Mesh, address: str, bodies: list[str]) -> None:
-    connection = account(mesh, 0, "device@iot").blocking(timeout=30)
+def send(mesh: Mesh, address: str, bodies: list[str], identity: str = "device@iot") -> None:
+    connection = account(mesh, 0, identity).blocking(timeout=30)
     try:
         sender = connection.create_sender(address)
         for body in bodies:
@@ -117,7 +117,7 @@ def test_move_stored_moves_everything_once(meshes: tuple[Mesh, Mesh]) -> None:
 
 def test_move_stored_refuses_when_target_lacks_the_queue(meshes: tuple[Mesh, Mesh]) -> None:
     source, target = meshes
-    send(source, "commands", ["c1"])
+    send(source, "commands", ["c1"], identity="backend@iot")
     wait_until(lambda: depth(source, "iot.commands") == 1, 30, "1 stored on the source")
     broker = target.extra["broker"]
     assert isinstance(broker, RabbitMQBroker)
