@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from enmesh.control.brokers import BrokerError, queue_depths
-from enmesh.migrate.ends import StackEnd
+from enmesh.migrate.ends import MigrateError, StackEnd
 
 # Queue roles as the compiler names them: `<space>.<address>` for queue, subscription and
 # deadletter addresses (a subscription `topic::name` is stored as `<space>.<name>`).
@@ -110,7 +110,15 @@ def _vhosts(end: StackEnd) -> dict[str, set[str]]:
     """Broker name -> the vhosts it has (read from the node)."""
     result: dict[str, set[str]] = {}
     for broker in end.brokers:
-        out = broker.ctl.run("list_vhosts", "--no-table-headers", "name")
+        try:
+            out = broker.ctl.run("list_vhosts", "--no-table-headers", "name")
+        except BrokerError as exc:
+            # rabbitmqctl's diagnostics run to a page; the first lines say what failed.
+            first = " ".join(str(exc).split("\n")[:1])
+            raise MigrateError(
+                f"stack {end.name!r}: broker {broker.name} cannot be reached with "
+                f"{' '.join(broker.ctl.argv)}: {first}"
+            ) from None
         result[broker.name] = {line.strip() for line in out.splitlines() if line.strip()}
     return result
 
@@ -141,8 +149,10 @@ def make_plan(source: StackEnd, target: StackEnd) -> MigrationPlan:
     )
     src_addr, dst_addr = _addresses(source), _addresses(target)
     for name in sorted(set(src_addr) | set(dst_addr)):
-        on = "both" if name in src_addr and name in dst_addr else (
-            "source" if name in src_addr else "target"
+        on = (
+            "both"
+            if name in src_addr and name in dst_addr
+            else ("source" if name in src_addr else "target")
         )
         kind = src_addr.get(name) or dst_addr[name]
         plan.addresses.append({"address": name, "type": kind, "on": on})

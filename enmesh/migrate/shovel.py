@@ -84,9 +84,13 @@ def _uri(broker: Broker, vhost: str, password: str, ca: Path) -> str:
     return f"amqps://{auth}@{broker.host}:{broker.amqps_port}/{quote(vhost, safe='')}?{query}"
 
 
-def _ensure_user(broker: Broker, vhost: str, password: str) -> None:
+def _has_user(broker: Broker) -> bool:
     users = broker.ctl.run("list_users", "--no-table-headers")
-    if any(line.split("\t")[0] == MIGRATE_USER for line in users.splitlines()):
+    return any(line.split("\t")[0] == MIGRATE_USER for line in users.splitlines())
+
+
+def _ensure_user(broker: Broker, vhost: str, password: str) -> None:
+    if _has_user(broker):
         _run_stdin(broker.ctl, password + "\n", "change_password", MIGRATE_USER)
     else:
         _run_stdin(broker.ctl, password + "\n", "add_user", MIGRATE_USER)
@@ -111,11 +115,11 @@ def _clear_leftovers(broker: Broker, vhost: str) -> None:
 
 
 def _start(queues: list[QueueState], source: StackEnd, target: StackEnd, password: str) -> None:
-    parameters = []
+    by_broker: dict[str, list[dict[str, object]]] = {}
     for q in queues:
         src = next(b for b in source.brokers if b.name == q.source_broker)
         dst = next(b for b in target.brokers if b.name == q.target_broker)
-        value = {
+        value: dict[str, object] = {
             "src-protocol": "amqp091",
             "src-uri": _uri(src, q.vhost, password, source.ca),
             "src-queue": q.queue,
@@ -128,12 +132,14 @@ def _start(queues: list[QueueState], source: StackEnd, target: StackEnd, passwor
             "dest-add-forward-headers": False,
             "reconnect-delay": 1,
         }
-        parameters.append(
-            {"vhost": q.vhost, "component": "shovel", "name": SHOVEL_PREFIX + q.queue, "value": value}
+        by_broker.setdefault(q.source_broker, []).append(
+            {
+                "vhost": q.vhost,
+                "component": "shovel",
+                "name": SHOVEL_PREFIX + q.queue,
+                "value": value,
+            }
         )
-    by_broker: dict[str, list[dict[str, object]]] = {}
-    for q, p in zip(queues, parameters, strict=True):
-        by_broker.setdefault(q.source_broker, []).append(p)
     for name, items in by_broker.items():
         ctl = next(b.ctl for b in source.brokers if b.name == name)
         _run_stdin(ctl, json.dumps({"parameters": items}), "import_definitions")
@@ -146,6 +152,7 @@ def _wait(
     deadline = time.monotonic() + timeout
     names = {SHOVEL_PREFIX + q.queue for q in pending}
     started = time.monotonic()
+    initial: int | None = None
     while True:
         running: dict[str, dict[str, str]] = {}
         for broker in source.brokers:
@@ -155,10 +162,17 @@ def _wait(
                 raise MigrateError(f"shovel {name} failed: {row.get('reason', row)}")
         left = names & set(running)
         current = depths(source)
-        remaining = sum(current.get((q.vhost, q.queue), ("", 0))[1] for q in pending)
+        per_queue = {q.queue: current.get((q.vhost, q.queue), ("", 0))[1] for q in pending}
+        remaining = sum(per_queue.values())
         elapsed = time.monotonic() - started
-        progress(f"  {len(left)} shovel(s) running, {remaining} message(s) left on source "
-                 f"({elapsed:.0f}s)")
+        initial = remaining if initial is None else initial
+        rate = (initial - remaining) / elapsed if elapsed > 0 else 0.0
+        eta = f", ETA {remaining / rate:.0f}s" if rate > 0 else ""
+        progress(
+            f"  {len(left)} shovel(s) running, {remaining} message(s) left on source "
+            f"({elapsed:.0f}s, {rate:.0f} msg/s{eta}): "
+            + ", ".join(f"{name} {n}" for name, n in per_queue.items())
+        )
         if not left:
             return
         if time.monotonic() > deadline:
@@ -199,8 +213,10 @@ def move_stored(
                 _ensure_user(broker, vhost, password)
         try:
             for round_ in range(1, ROUNDS + 1):
-                progress(f"round {round_}: moving {sum(q.source_messages for q in pending)} "
-                         f"message(s) from {len(pending)} queue(s)")
+                progress(
+                    f"round {round_}: moving {sum(q.source_messages for q in pending)} "
+                    f"message(s) from {len(pending)} queue(s)"
+                )
                 _start(pending, source, target, password)
                 _wait(source, pending, timeout, progress)
                 pending = [q for q in make_plan(source, target).queues if q.source_messages]
@@ -213,14 +229,21 @@ def move_stored(
                     + "; move their producers to the target first"
                 )
         finally:
-            for broker in (*source.brokers, *target.brokers):
-                broker.ctl.run("delete_user", MIGRATE_USER)
+            _drop_users(source, target)
+    else:
+        _drop_users(source, target)  # an interrupted run's user, its shovels done
     source_now, target_now = depths(source), depths(target)
     for moved in counts.values():
         vhost = next(q.vhost for q in plan.queues if q.queue == moved.queue)
         moved.source_after = source_now.get((vhost, moved.queue), ("", 0))[1]
         moved.target_after = target_now.get((vhost, moved.queue), ("", 0))[1]
     return list(counts.values())
+
+
+def _drop_users(source: StackEnd, target: StackEnd) -> None:
+    for broker in (*source.brokers, *target.brokers):
+        if _has_user(broker):
+            broker.ctl.run("delete_user", MIGRATE_USER)
 
 
 def _enable_shovel(source: StackEnd) -> None:
