@@ -193,6 +193,8 @@ def move_stored(
     """Move every stored message; return per-queue counts. Refuses before moving anything
     if a source queue holding messages has no queue of that name on the target."""
     plan: MigrationPlan = make_plan(source, target)
+    if plan.conflicts:
+        raise MigrateError("the models conflict: " + "; ".join(plan.conflicts) + " (nothing moved)")
     if plan.blocked:
         raise MigrateError(
             "the target lacks queue(s) holding messages on the source: "
