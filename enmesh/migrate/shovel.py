@@ -34,6 +34,7 @@ from enmesh.migrate.plan import MigrationPlan, QueueState, depths, make_plan
 MIGRATE_USER = "enmesh-migrate"
 SHOVEL_PREFIX = "enmesh-migrate-"
 PREFETCH = 1000
+SETTLE = 15.0  # seconds for quorum queue counts to catch up after a round
 ROUNDS = 5  # shovel rounds before a queue that keeps receiving is refused
 
 
@@ -104,14 +105,23 @@ def _shovels(ctl: Rabbitmqctl) -> dict[str, dict[str, str]]:
     return {str(r["name"]): r for r in rows if str(r.get("name", "")).startswith(SHOVEL_PREFIX)}
 
 
-def _clear_leftovers(broker: Broker, vhost: str) -> None:
-    """A run that was interrupted left its shovels running with an old password: remove
-    them (unconfirmed deliveries return to the source queue) and start afresh."""
+def _our_parameters(broker: Broker, vhost: str) -> set[str]:
+    """Names of our shovel parameters on a node: a shovel with `src-delete-after` removes
+    its own when done, so "none left" means "moved" (its status row may not exist yet)."""
     out = broker.ctl.run("list_parameters", "-p", vhost, "--no-table-headers")
+    names = set()
     for line in out.splitlines():
         parts = line.split("\t")
         if len(parts) >= 2 and parts[0] == "shovel" and parts[1].startswith(SHOVEL_PREFIX):
-            broker.ctl.run("clear_parameter", "-p", vhost, "shovel", parts[1])
+            names.add(parts[1])
+    return names
+
+
+def _clear_leftovers(broker: Broker, vhost: str) -> None:
+    """A run that was interrupted left its shovels running with an old password: remove
+    them (unconfirmed deliveries return to the source queue) and start afresh."""
+    for name in sorted(_our_parameters(broker, vhost)):
+        broker.ctl.run("clear_parameter", "-p", vhost, "shovel", name)
 
 
 def _start(queues: list[QueueState], source: StackEnd, target: StackEnd, password: str) -> None:
@@ -152,20 +162,19 @@ def _wait(
     deadline = time.monotonic() + timeout
     names = {SHOVEL_PREFIX + q.queue for q in pending}
     started = time.monotonic()
-    initial: int | None = None
+    initial = sum(q.source_messages for q in pending)
     while True:
-        running: dict[str, dict[str, str]] = {}
+        left: set[str] = set()
         for broker in source.brokers:
-            running.update(_shovels(broker.ctl))
-        for name, row in running.items():
-            if name in names and row.get("state") == "terminated":
-                raise MigrateError(f"shovel {name} failed: {row.get('reason', row)}")
-        left = names & set(running)
+            for name, row in _shovels(broker.ctl).items():
+                if name in names and row.get("state") == "terminated":
+                    raise MigrateError(f"shovel {name} failed: {row.get('reason', row)}")
+            for vhost in {q.vhost for q in pending}:
+                left |= names & _our_parameters(broker, vhost)
         current = depths(source)
         per_queue = {q.queue: current.get((q.vhost, q.queue), ("", 0))[1] for q in pending}
         remaining = sum(per_queue.values())
         elapsed = time.monotonic() - started
-        initial = remaining if initial is None else initial
         rate = (initial - remaining) / elapsed if elapsed > 0 else 0.0
         eta = f", ETA {remaining / rate:.0f}s" if rate > 0 else ""
         progress(
@@ -180,7 +189,7 @@ def _wait(
                 f"shovels still running after {timeout:.0f}s: {', '.join(sorted(left))}; "
                 "run move-stored again to resume"
             )
-        time.sleep(0.5)
+        time.sleep(0.2)
 
 
 def move_stored(
@@ -221,6 +230,7 @@ def move_stored(
                 )
                 _start(pending, source, target, password)
                 _wait(source, pending, timeout, progress)
+                _settle(source, pending)
                 pending = [q for q in make_plan(source, target).queues if q.source_messages]
                 if not pending:
                     break
@@ -240,6 +250,17 @@ def move_stored(
         moved.source_after = source_now.get((vhost, moved.queue), ("", 0))[1]
         moved.target_after = target_now.get((vhost, moved.queue), ("", 0))[1]
     return list(counts.values())
+
+
+def _settle(source: StackEnd, queues: list[QueueState], seconds: float = SETTLE) -> None:
+    """Quorum queues publish their counts every few seconds: after the shovels are done,
+    wait for the drained queues to read 0 before counting a message as still there."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        current = depths(source)
+        if not any(current.get((q.vhost, q.queue), ("", 0))[1] for q in queues):
+            return
+        time.sleep(0.5)
 
 
 def _drop_users(source: StackEnd, target: StackEnd) -> None:

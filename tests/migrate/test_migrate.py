@@ -16,27 +16,17 @@ from pathlib import Path
 import pytest
 from proton import Message, Timeout
 
-from enmesh.control.brokers import Rabbitmqctl
-from enmesh.migrate.ends import MigrateError, StackEnd, end_from_deployment
+from enmesh.migrate.ends import MigrateError
 from enmesh.migrate.plan import make_plan
 from enmesh.migrate.shovel import MIGRATE_USER, PREFETCH, move_stored
 from tests.router.conftest import account
 from tests.support.mesh import ROOT, Mesh, wait_until
-from tests.support.rabbitmq import RABBITMQ_BIN, VHOST, RabbitMQBroker
+from tests.support.migrate_ends import depth, stack_end
+from tests.support.rabbitmq import VHOST, RabbitMQBroker
 from tests.support.stack import brokered_mesh
 
 N = 500
 QUEUE = "iot.events"
-
-
-def stack_end(name: str, mesh: Mesh) -> StackEnd:
-    broker = mesh.extra["broker"]
-    assert isinstance(broker, RabbitMQBroker)
-    deployment = json.loads((mesh.directory / "config" / "deploy.json").read_text())
-    ctl = Rabbitmqctl(
-        "broker-0", (str(RABBITMQ_BIN / "rabbitmqctl"), "-n", broker.node), broker._env()
-    )
-    return end_from_deployment(name, deployment, {"broker-0": ctl})
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +35,6 @@ def meshes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Mes
         source = stack.enter_context(brokered_mesh(tmp_path_factory.mktemp("source"), routers=1))
         target = stack.enter_context(brokered_mesh(tmp_path_factory.mktemp("target"), routers=1))
         yield source, target
-
-
-def depth(mesh: Mesh, queue: str) -> int:
-    broker = mesh.extra["broker"]
-    assert isinstance(broker, RabbitMQBroker)
-    return {r["name"]: int(r["messages"]) for r in broker.list_queues()}[queue]
 
 
 def send(mesh: Mesh, address: str, bodies: list[str], identity: str = "device@iot") -> None:
@@ -181,7 +165,7 @@ def test_move_stored_killed_and_run_again_loses_nothing(
     try:
         assert mover.stdout is not None
         for line in mover.stdout:  # killed once its shovels started
-            if "shovel(s) running" in line:
+            if line.startswith("round 1"):  # its shovels are being created
                 break
         mover.send_signal(signal.SIGKILL)
         print(f"killed with about {depth(source, 'iot.readings')} of {count} on the source")
