@@ -24,6 +24,8 @@ from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment, watch_sasl
 from enmesh.deploy.secrets import ensure_secrets
 from enmesh.deploy.smoke import run_smoke
 from enmesh.k8s.config import KubeStackError
+from enmesh.migrate.commands import add_migrate
+from enmesh.migrate.ends import MigrateError
 from enmesh.model import ModelInvalidError, load_model
 from enmesh_spark import options
 
@@ -256,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     receive.set_defaults(run=_cmd_receive)
     _stack_commands(commands)
     control.add_apply(commands, DEFAULT_STACKS_DIR)
+    add_migrate(commands, DEFAULT_STACKS_DIR)
     _deploy_commands(commands)
     _pipeline_commands(commands)
     return parser
@@ -336,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ApplyRefused,
         BrokerError,
         RouterError,
+        MigrateError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
     except BrokenPipeError:  # `enmesh render ... | head`: the reader has what it wanted

@@ -1,0 +1,71 @@
+"""The `enmesh migrate` subcommands: `plan` and `move-stored`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from enmesh.migrate.ends import StackEnd, end_from_stack
+from enmesh.migrate.plan import dumps, make_plan
+from enmesh.migrate.shovel import move_stored, report
+
+
+def _ends(args: argparse.Namespace) -> tuple[StackEnd, StackEnd]:
+    source = end_from_stack(args.source, args.stacks_dir, args.from_rabbitmq_node)
+    target = end_from_stack(args.target, args.stacks_dir, args.to_rabbitmq_node)
+    return source, target
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    plan = make_plan(*_ends(args))
+    print(dumps(plan) if args.json else plan.text())
+    return 0
+
+
+def _cmd_move_stored(args: argparse.Namespace) -> int:
+    source, target = _ends(args)
+    if args.dry_run:
+        print(make_plan(source, target).text())
+        return 0
+    print(report(move_stored(source, target, timeout=args.timeout)))
+    return 0
+
+
+def add_migrate(commands: Any, stacks_dir: Path) -> None:
+    migrate = commands.add_parser(
+        "migrate",
+        help="move a running service to another stack (plan, move stored messages)",
+        description="Move a running service from stack FROM to stack TO, one step at a time. "
+        "Each step can be run again after an interruption. See docs/migrate.md.",
+    )
+    steps = migrate.add_subparsers(dest="step", required=True, metavar="STEP")
+    plan = steps.add_parser(
+        "plan",
+        help="what exists on each stack and what would move (changes nothing)",
+        description="Read both stacks' models and brokers: tenants, addresses, users and "
+        "stored messages per queue, subscription and dead-letter queue; print what would move.",
+    )
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.add_argument(
+        "--dry-run", action="store_true", help="accepted; plan never changes anything"
+    )
+    plan.set_defaults(run=_cmd_plan)
+    move = steps.add_parser(
+        "move-stored",
+        help="move every stored message to the same queue on the target (RabbitMQ Shovel)",
+        description="Drain every source queue into the target's queue of the same name with "
+        "dynamic shovels (acknowledged after the target confirmed). Refuses before moving "
+        "anything if the target lacks a queue that holds messages: `enmesh apply` there first.",
+    )
+    move.add_argument("--dry-run", action="store_true", help="print the plan, move nothing")
+    move.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds to wait (default 3600)"
+    )
+    move.set_defaults(run=_cmd_move_stored)
+    for step in (plan, move):
+        step.add_argument("--from", dest="source", required=True, metavar="STACK")
+        step.add_argument("--to", dest="target", required=True, metavar="STACK")
+        step.add_argument("--stacks-dir", type=Path, default=stacks_dir, metavar="DIR")
+        step.add_argument("--from-rabbitmq-node", default="rabbit@localhost", metavar="NODE")
+        step.add_argument("--to-rabbitmq-node", default="rabbit@localhost", metavar="NODE")

@@ -1,0 +1,91 @@
+"""How migrate reaches a stack: its deploy description (`deploy.json`, as `enmesh render`
+writes it and `enmesh up` installs it), its secrets directory, and one `rabbitmqctl`
+handle per broker. Nothing else is needed from a stack."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from enmesh.compile import find_stack_file, load_stack
+from enmesh.control.brokers import Rabbitmqctl
+
+DEFAULT_RABBITMQCTL = "/usr/sbin/rabbitmqctl"
+
+
+class MigrateError(RuntimeError):
+    """A migration step stops before changing anything it cannot finish safely."""
+
+
+@dataclass(frozen=True)
+class Broker:
+    name: str
+    host: str
+    amqps_port: int
+    ctl: Rabbitmqctl
+
+
+@dataclass(frozen=True)
+class StackEnd:
+    """One side of a migration (source or target)."""
+
+    name: str
+    deployment: dict[str, Any]
+    brokers: tuple[Broker, ...]
+
+    @property
+    def ca(self) -> Path:
+        return Path(self.deployment["ca"])
+
+    @property
+    def config_dir(self) -> Path:
+        return Path(self.deployment["paths"]["config"])
+
+    def users(self) -> list[str]:
+        """The messaging users' SASL identities (`user@space`), from the installed users."""
+        path = self.config_dir / "auth" / "users.json"
+        try:
+            users = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise MigrateError(f"stack {self.name!r}: cannot read {path}: {exc.strerror}") from None
+        return sorted(str(u["identity"]) for u in users.get("messagingUsers", []))
+
+
+def end_from_deployment(
+    name: str, deployment: dict[str, Any], ctls: dict[str, Rabbitmqctl]
+) -> StackEnd:
+    """A stack end from its deploy description and a `rabbitmqctl` handle per broker."""
+    brokers = []
+    for item in deployment.get("brokers", []):
+        if item["name"] not in ctls:
+            raise MigrateError(f"stack {name!r}: no rabbitmqctl handle for broker {item['name']}")
+        brokers.append(
+            Broker(item["name"], item["host"], int(item["ports"]["amqps"]), ctls[item["name"]])
+        )
+    return StackEnd(name, deployment, tuple(brokers))
+
+
+def end_from_stack(stack: str, stacks_dir: Path, rabbitmq_node: str) -> StackEnd:
+    """The stack as `enmesh up` deployed it on this host: its installed deploy.json, and
+    Debian's rabbitmqctl talking to `rabbitmq_node`."""
+    stack_file = find_stack_file(stack, stacks_dir)
+    loaded, _ = load_stack(stack_file)
+    deploy_json = Path(loaded.spec.paths.config) / "deploy.json"
+    try:
+        deployment = json.loads(deploy_json.read_text(encoding="utf-8"))
+    except OSError:
+        raise MigrateError(
+            f"stack {loaded.name!r} is not deployed on this host ({deploy_json} is missing): "
+            f"run `enmesh up --stack {stack}` first"
+        ) from None
+    if len(deployment.get("brokers", [])) > 1:
+        raise MigrateError(
+            f"stack {loaded.name!r} has several brokers; this host's rabbitmqctl reaches one"
+        )
+    ctls = {
+        b["name"]: Rabbitmqctl(b["name"], (DEFAULT_RABBITMQCTL, "--node", rabbitmq_node))
+        for b in deployment.get("brokers", [])
+    }
+    return end_from_deployment(loaded.name, deployment, ctls)
