@@ -147,7 +147,7 @@ class Console:
         if space == "":
             return None, "give your username as user@address-space"
         who = Credentials(username, password, space or ADMIN_VHOST)
-        if not check_login(self.settings.routers[0], who, self.settings.ca):
+        if not check_login(self.settings.routers, who, self.settings.ca):
             return None, REFUSED
         if space is not None and not self.may_manage(username, space):
             return None, f"{username} has no `manage` right: the console is for managers"

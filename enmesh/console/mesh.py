@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from proton import ConnectionException, Message, Timeout
 from proton.reactor import Container
-from proton.utils import BlockingConnection
+from proton.utils import BlockingConnection, ConnectionClosed
 
 from enmesh.clients import connect_options
 
 NODE_TYPE = "org.amqp.management"
 CONSOLE_CONTAINER = "enmesh-console"  # the console's own connections say who they are
 _correlation = itertools.count(1)
+log = logging.getLogger(__name__)
 
 
 class MeshError(Exception):
@@ -61,14 +63,30 @@ def _connect(router: Router, who: Credentials, ca: Path, timeout: float) -> Bloc
     return BlockingConnection(options.pop("url"), timeout=timeout, container=container, **options)
 
 
-def check_login(router: Router, who: Credentials, ca: Path, timeout: float = 10) -> bool:
-    """True if the router's SASL accepts these credentials for this address space."""
-    try:
-        connection = _connect(router, who, ca, timeout)
-    except (ConnectionException, Timeout):
-        return False
-    connection.close()
-    return True
+def check_login(routers: Sequence[Router], who: Credentials, ca: Path, timeout: float = 10) -> bool:
+    """True if a router's SASL accepts these credentials for this address space. Routers
+    are tried in turn: one that is down (or refuses TCP/TLS) must not stop logins, and
+    every router has the same SASL database. A refusal by SASL itself is final."""
+    for router in routers:
+        try:
+            connection = _connect(router, who, ca, timeout)
+        except ConnectionException as exc:
+            if _authentication_refused(exc):
+                return False
+            log.warning("login check: router %s unreachable: %s", router.id, exc)
+            continue
+        except Timeout as exc:
+            log.warning("login check: router %s timed out: %s", router.id, exc)
+            continue
+        connection.close()
+        return True
+    return False
+
+
+def _authentication_refused(exc: ConnectionException) -> bool:
+    """The router answered and said no (SASL outcome, or it closed the opened connection),
+    as opposed to not answering (TCP refused, TLS failed: `proton:io`)."""
+    return isinstance(exc, ConnectionClosed) or "amqp:unauthorized-access" in str(exc)
 
 
 class Management:
@@ -79,9 +97,13 @@ class Management:
         self.timeout = timeout
         try:
             self.connection = _connect(router, who, ca, timeout)
+        except (ConnectionException, Timeout) as exc:
+            raise MeshError(f"router {router.id} ({router.url}): {exc}") from exc
+        try:
             self.replies = self.connection.create_receiver(None, dynamic=True)
             self.sender = self.connection.create_sender("$management")
         except (ConnectionException, Timeout) as exc:
+            self.close()
             raise MeshError(f"router {router.id} ({router.url}): {exc}") from exc
         self.reply_to = self.replies.link.remote_source.address
 
@@ -140,7 +162,7 @@ T = TypeVar("T")
 class ManagementLinks:
     """A session's management connections, one per router, kept open between pages:
     opening one (TCP, TLS, SASL, two links) is most of what a page costs. One request at a
-    time per router; a connection that failed is opened again once."""
+    time per router."""
 
     def __init__(self, who: Credentials, ca: Path) -> None:
         self.who, self.ca = who, ca
@@ -148,23 +170,32 @@ class ManagementLinks:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def use(self, router: Router, action: Callable[[Management], T]) -> T:
+    def use(self, router: Router, action: Callable[[Management], T], *, read: bool = False) -> T:
+        """Run `action` on this router's connection. A read that fails on a kept connection
+        (router restarted, idle timeout) runs once more on a new one; a write never runs
+        twice (it may have taken effect before the reply was lost). A connection whose
+        action failed is closed, never kept."""
         with self._guard:
             lock = self._locks.setdefault(router.id, threading.Lock())
         with lock:
             management = self._open.pop(router.id, None)
+            if management is not None and not read:
+                return self._run(router, management, action)
             if management is not None:
                 try:
-                    result = action(management)
+                    return self._run(router, management, action)
                 except MeshError:
-                    management.close()  # stale (router restarted, idle timeout): again
-                else:
-                    self._open[router.id] = management
-                    return result
-            management = Management(router, self.who, self.ca)
+                    pass  # stale: once more on a new connection
+            return self._run(router, Management(router, self.who, self.ca), action)
+
+    def _run(self, router: Router, management: Management, action: Callable[[Management], T]) -> T:
+        try:
             result = action(management)
-            self._open[router.id] = management
-            return result
+        except BaseException:
+            management.close()
+            raise
+        self._open[router.id] = management
+        return result
 
     def close(self) -> None:
         with self._guard:

@@ -55,24 +55,34 @@ class Sessions:
 
     def create(self, session: Session) -> str:
         key = secrets.token_urlsafe(32)
+        self.sweep()
         with self._lock:
             self._sessions[key] = session
         return key
 
     def get(self, key: str | None) -> Session | None:
+        self.sweep()  # an abandoned login's links and password go with anyone's next request
         if not key:
             return None
-        now = time.monotonic()
         with self._lock:
             session = self._sessions.get(key)
-            if session is None:
-                return None
-            if now - session.seen > self.idle_seconds:
-                del self._sessions[key]
-                session.end()
-                return None
-            session.seen = now
+            if session is not None:
+                session.seen = time.monotonic()
             return session
+
+    def sweep(self) -> int:
+        """End the sessions idle for longer than `idle_seconds`; how many ended."""
+        now = time.monotonic()
+        with self._lock:
+            expired = [k for k, s in self._sessions.items() if now - s.seen > self.idle_seconds]
+            ended = [self._sessions.pop(key) for key in expired]
+        for session in ended:  # closing connections can block: not under the lock
+            session.end()
+        return len(ended)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
 
     def drop(self, key: str | None) -> None:
         with self._lock:

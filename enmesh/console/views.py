@@ -48,7 +48,7 @@ def read_routers(routers: Iterable[Router], links: ManagementLinks) -> list[Rout
     def read(router: Router) -> RouterView:
         view = RouterView(router)
         try:
-            view.connections, view.links = links.use(router, query)
+            view.connections, view.links = links.use(router, query, read=True)
         except MeshError as exc:
             view.error = str(exc)
         return view
@@ -78,7 +78,7 @@ def read_mesh(routers: Iterable[Router], links: ManagementLinks) -> list[MeshRou
     def read(router: Router) -> MeshRouter:
         view = MeshRouter(router)
         try:
-            view.nodes, view.peers = links.use(router, query)
+            view.nodes, view.peers = links.use(router, query, read=True)
         except MeshError as exc:
             view.error = str(exc)
         return view
