@@ -47,6 +47,11 @@ class Session:
         return token is not None and hmac.compare_digest(token, self.csrf)
 
 
+def _end(sessions: list[Session]) -> None:
+    for session in sessions:
+        session.end()
+
+
 class Sessions:
     def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
         self.idle_seconds = idle_seconds
@@ -76,8 +81,9 @@ class Sessions:
         with self._lock:
             expired = [k for k, s in self._sessions.items() if now - s.seen > self.idle_seconds]
             ended = [self._sessions.pop(key) for key in expired]
-        for session in ended:  # closing connections can block: not under the lock
-            session.end()
+        if ended:  # closing connections can block (waits for the router): not in the caller,
+            # which may be the event loop, nor under the lock
+            threading.Thread(target=_end, args=(ended,), name="sweep", daemon=True).start()
         return len(ended)
 
     def __len__(self) -> int:

@@ -123,7 +123,7 @@ def test_an_abandoned_session_is_swept_with_its_connections(admin_mesh: Mesh) ->
     assert not _closed(read.used[0])
     # Someone else's request (here: one with no cookie) is enough; its own never returns.
     wait_until(lambda: sessions.get(None) is None and len(sessions) == 0, 10, "the sweep")
-    assert _closed(read.used[0])
+    wait_until(lambda: _closed(read.used[0]), 10, "the swept session's connection to close")
 
 
 def test_a_login_goes_to_the_next_router_when_one_is_down(admin_mesh: Mesh) -> None:
