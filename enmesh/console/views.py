@@ -4,10 +4,10 @@ each router's management (connections, links) and the brokers (messages stored).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from enmesh.compile.layout import STANDARD_BROKER_VHOST, standard_broker_name
 from enmesh.console.mesh import (
@@ -45,17 +45,10 @@ def read_routers(routers: Iterable[Router], links: ManagementLinks) -> list[Rout
             management.query("router.link", LINK_COLUMNS),
         )
 
-    def read(router: Router) -> RouterView:
-        view = RouterView(router)
-        try:
-            view.connections, view.links = links.use(router, query, read=True)
-        except MeshError as exc:
-            view.error = str(exc)
-        return view
+    def fill(view: RouterView, found: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
+        view.connections, view.links = found
 
-    routers = list(routers)
-    with ThreadPoolExecutor(max(1, len(routers))) as pool:
-        return list(pool.map(read, routers))
+    return _read_each(routers, links, query, RouterView, fill)
 
 
 @dataclass
@@ -75,10 +68,30 @@ def read_mesh(routers: Iterable[Router], links: ManagementLinks) -> list[MeshRou
         connections = management.query("connection", CONNECTION_COLUMNS)
         return nodes, [c for c in connections if c.get("role") == "inter-router"]
 
-    def read(router: Router) -> MeshRouter:
-        view = MeshRouter(router)
+    def fill(view: MeshRouter, found: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
+        view.nodes, view.peers = found
+
+    return _read_each(routers, links, query, MeshRouter, fill)
+
+
+Rows = list[dict[str, Any]]
+View = TypeVar("View", RouterView, MeshRouter)
+
+
+def _read_each(
+    routers: Iterable[Router],
+    links: ManagementLinks,
+    query: Callable[[Management], tuple[Rows, Rows]],
+    make: Callable[[Router], View],
+    fill: Callable[[View, tuple[Rows, Rows]], None],
+) -> list[View]:
+    """`query` every router at once (one thread each); a router that cannot be read says
+    so in its view instead of failing the page."""
+
+    def read(router: Router) -> View:
+        view = make(router)
         try:
-            view.nodes, view.peers = links.use(router, query, read=True)
+            fill(view, links.use(router, query, read=True))
         except MeshError as exc:
             view.error = str(exc)
         return view

@@ -28,9 +28,6 @@ _lib = ctypes.CDLL(cproton_ffi.__file__)
 _set_window = _lib.pn_session_set_incoming_window_and_lwm
 _set_window.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32]
 _set_window.restype = ctypes.c_int
-_window = _lib.pn_session_incoming_window
-_window.argtypes = [ctypes.c_void_p]
-_window.restype = ctypes.c_uint32
 
 
 def _address(session: Session) -> int:
@@ -44,8 +41,3 @@ def bound(session: Session, frames: int) -> None:
     status = _set_window(_address(session), frames, 0)  # lwm 0: half the window
     if status:
         raise RuntimeError(f"proton refused an incoming window of {frames} frames ({status})")
-
-
-def incoming_window(session: Session) -> int:
-    """The session's maximum incoming window in frames (0: unbounded)."""
-    return int(_window(_address(session)))
