@@ -36,8 +36,7 @@ class StoredDrain:
         state = router.addresses.get(out.key)
         if state is None or not demand.is_stored(router, out.key):
             return False
-        # The caller (Router._on_link_flow) has just run retry_key: the consumer's credit
-        # is already the broker links' credit.
+        router.routing.retry_key(out.key)  # the consumer's credit becomes the brokers' credit
         asked = [source for source in demand.broker_sources(state) if source.link.credit > 0]
         if not asked:
             return False
