@@ -260,8 +260,8 @@ class InLink:
         A source with `demand` gets no more than its destinations asked for, less what it
         already holds: a broker keeps what no consumer wants (enmesh.router.demand).
         """
-        if self.closed:
-            return
+        if self.closed or (self.demand is not None and self.link.drain_mode):
+            return  # a broker link draining: its answer, not us, settles its credit (drain.py)
         want = 0
         if self.routable:
             limit = self.capacity if self.demand is None else min(self.capacity, self.demand())

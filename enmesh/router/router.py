@@ -230,7 +230,9 @@ class Router:
             self.mesh_links.send_control(conn)
         else:
             inbound: InLink | None = getattr(link, "enmesh_in", None)
-            if inbound is not None and inbound.key in self.stored_drain.waiting:
+            if inbound is not None and (
+                inbound.link.drain_mode or inbound.key in self.stored_drain.waiting
+            ):  # a broker link's drain answered, whoever still waits for it
                 self.stored_drain.on_source_flow(inbound)
             self.link_routes.on_flow(link)
 
