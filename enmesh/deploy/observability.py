@@ -1,10 +1,11 @@
 """Where a running stack can be watched, and whether it answers: Prometheus, the metrics
-ports, the Spark master, worker and job.
+ports, the MQTT gateways, the Spark master, worker and job.
 
 `enmesh up` lists them (`describe_lines`); `enmesh status` probes them over HTTP
 (`probes`): Prometheus ready and every target it scrapes up, the master ALIVE with a live
 worker, the worker answering, the telemetry job RUNNING. Addresses come from deploy.json
-(Prometheus, metrics ports) and endpoints.json (Spark: the spark role records them).
+(Prometheus, metrics ports) and endpoints.json (MQTT gateways and Spark: their roles record
+them). A gateway is probed at the MQTT level (enmesh.deploy.mqtt_probe).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import json
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from enmesh.deploy import mqtt_probe
 
 TIMEOUT = 5.0
 
@@ -51,6 +55,13 @@ def describe_lines(deployment: Mapping[str, Any], endpoints: Mapping[str, Any]) 
     for broker in deployment["brokers"]:
         metrics = f"http://{broker['host']}:{broker['ports']['prometheus']}/metrics"
         lines.append(f"  {broker['name']:<20} {metrics}  (per queue: /metrics/detailed)")
+    for gateway in endpoints.get("mqtt") or []:
+        lines += [
+            "",
+            f"MQTT gateway on {gateway['host']} (user name <user>@<space>, the user's password;"
+            " mqtts/wss with the CA above):",
+            *(f"  {url}" for url in gateway["urls"]),
+        ]
     for spark in endpoints.get("spark") or []:
         job = f"; job {spark['job']}" if spark.get("job") else ""
         lines += [
@@ -133,11 +144,23 @@ def _worker(ui: str) -> Probe:
     )
 
 
+def mqtt_gateway(gateway: Mapping[str, Any], ca: Path | None) -> list[Probe]:
+    """Each listener of one host's gateway, at the MQTT level."""
+    found = []
+    for url in gateway["urls"]:
+        ok, detail = mqtt_probe.probe(url, ca)
+        found.append(Probe("mqtt gateway", str(gateway["host"]), url, ok, detail))
+    return found
+
+
 def probes(deployment: Mapping[str, Any], endpoints: Mapping[str, Any]) -> list[Probe]:
     found = []
     url = prometheus_url(deployment)
     if url:
         found.append(prometheus(url))
+    ca = endpoints.get("ca") or deployment.get("ca")  # status runs on the deployer
+    for gateway in endpoints.get("mqtt") or []:
+        found += mqtt_gateway(gateway, Path(ca) if ca else None)
     for entry in endpoints.get("spark") or []:
         found += spark(entry)
     return found

@@ -43,3 +43,16 @@ def test_status_probes_prometheus_and_spark(
     assert [s["job"] for s in endpoints["spark"]] == ["enmesh-telemetry"], endpoints
     for probe in ("spark master", "spark worker", "spark job"):
         assert f"up    {probe}" in out, out
+
+
+def test_status_probes_every_mqtt_gateway_listener(
+    deployment: dict[str, Any], endpoints: dict[str, Any]
+) -> None:
+    # The mqtt_gateway role recorded each host's listeners for endpoints.json.
+    urls = [url for gateway in endpoints["mqtt"] for url in gateway["urls"]]
+    assert any(url.startswith("mqtt://") for url in urls), endpoints["mqtt"]
+    assert any(url.startswith("mqtts://") for url in urls), endpoints["mqtt"]
+    result = _status(deployment["stack"])
+    for url in urls:
+        line = next((x for x in result.stdout.splitlines() if f" {url} " in x), "")
+        assert line.startswith("  up    mqtt gateway"), result.stdout
