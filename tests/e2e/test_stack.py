@@ -19,6 +19,7 @@ from proton.utils import BlockingConnection
 from enmesh.clients import connect_options
 from enmesh.deploy import queue_depth
 from enmesh.deploy.smoke import Stack, run_smoke
+from tests.e2e.model_change import STACKS, changed_stack
 from tests.support.mesh import wait_until
 
 ROUTER_BROKER_PORTS = ("amqps", "mqtts", "prometheus")
@@ -232,22 +233,8 @@ def test_a_model_change_is_applied_live_and_undone(
     queue carries a message, and applying the deployed model again restores it exactly."""
     routers = [f"enmesh-router-{r['id']}" for r in deployment["routers"]]
     pids = {name: host.supervisor(name).pid for name in routers}
-    stacks = Path(__file__).resolve().parents[2] / "stacks"
-    model = (stacks / "iot.model.yml").read_text()
-    changed = tmp_path / "iot.model.yml"
-    changed.write_text(
-        model.replace(
-            "addresses: [telemetry, events, readings]",
-            "addresses: [telemetry, events, readings, e2e-live]",
-        ).replace(
-            "addresses: [telemetry, events, readings, alerts, audit, dlq]",
-            "addresses: [telemetry, events, readings, alerts, audit, dlq, e2e-live]",
-        )
-        + "\n---\napiVersion: enmesh.io/v1\nkind: Address\nmetadata: {name: iot.e2e-live}\n"
-        "spec: {addressSpace: iot, address: e2e-live, type: queue, plan: standard-queue}\n"
-    )
-    stack_file = tmp_path / "local.stack.yml"
-    stack_file.write_text((stacks / "local.stack.yml").read_text())
+    stacks = STACKS
+    stack_file = changed_stack(tmp_path)
     try:
         out = _apply(stack_file)
         assert "+ address iot/e2e-live" in out and "+ queue enmesh/iot.e2e-live" in out, out
