@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proton import Message
+from proton.utils import SyncRequestResponse
 
 from enmesh.compile import administrator
 from tests.support.amqp import Account
@@ -123,3 +124,63 @@ def add_administrator(mesh: Mesh) -> Account:
     account names no address space (its AMQP hostname is `localhost`), so `$default`
     applies."""
     return Account(mesh.url(0), ADMINISTRATOR, mesh.passwords[ADMINISTRATOR], "localhost", mesh.ca)
+
+
+class Qdstat:
+    """qdstat's requests (tools/qdstat's BusManager over Node in qpid-dispatch 1.19): proton's
+    SyncRequestResponse on `$management` (no `to`, string correlation ids "1", "2", ...);
+    every request is to the node itself, properties `name`, `type`, `operation`, then its own.
+    A QUERY pages as Node.query does: offset from 0, count min(limit or 500, 500)."""
+
+    PAGE = 500  # Node.query's MAX_ALLOWED_COUNT_PER_REQUEST
+
+    def __init__(self, account: Account) -> None:
+        self.connection = account.blocking()
+        self.client = SyncRequestResponse(self.connection, "$management")
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Qdstat:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def node_request(self, body: Any = None, **properties: Any) -> Reply:
+        request = Message(
+            properties=_clean({"name": "self", "type": NODE_TYPE, **properties}), body=body or {}
+        )
+        response = self.client.call(request)
+        status: dict[str, Any] = response.properties or {}
+        return Reply(int(status["statusCode"]), str(status["statusDescription"]), response.body)
+
+    def get_mgmt_nodes(self) -> Reply:
+        return self.node_request(operation="GET-MGMT-NODES", entityType=None)
+
+    def query(
+        self, entity_type: str, attribute_names: list[str] | None = None, limit: int | None = None
+    ) -> Reply:
+        """All pages of a QUERY; the last reply's status, the pages' rows joined."""
+        offset, count = 0, min(limit or self.PAGE, self.PAGE)
+        names: list[str] = []
+        results: list[list[Any]] = []
+        while True:
+            reply = self.node_request(
+                {"attributeNames": attribute_names or []},
+                operation="QUERY",
+                entityType=entity_type,
+                offset=offset,
+                count=count,
+            )
+            if reply.status != 200:
+                return reply
+            names = names or list(reply.body["attributeNames"])
+            results += reply.body["results"]
+            if len(reply.body["results"]) < count or (limit and len(results) >= limit):
+                break
+            if limit and limit - len(results) < count:
+                count = limit - len(results)
+            offset += count
+        body = {"attributeNames": names, "results": results}
+        return Reply(reply.status, reply.description, body)
