@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -125,6 +126,7 @@ class OutLink:
         # Keyed by tag as proton returns it (a str), not as given.
         self.unsettled: dict[str, tuple[Delivery, Held]] = {}
         self.delivered = 0
+        self.last_delivery: float | None = None  # monotonic; management's lastDlvSeconds
         self.accepted = 0
         self.rejected = 0
         self.released = 0
@@ -189,6 +191,7 @@ class OutLink:
                 held.cursor.wake = functools.partial(streaming.park, self)
         if sent:
             self.tally[self.slot] += sent
+            self.last_delivery = time.monotonic()
         return sent
 
     def _sent(self, delivery: Delivery, held: Held) -> None:

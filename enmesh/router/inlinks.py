@@ -13,6 +13,7 @@ Message bytes are never decoded or re-encoded here.
 from __future__ import annotations
 
 import functools
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -48,6 +49,7 @@ class InLink:
         # (Tags are not used: peers may send binary tags that proton cannot decode.)
         self.partial: bytearray | None = None
         self.received = 0
+        self.last_delivery: float | None = None  # monotonic; management's lastDlvSeconds
         # What the router settled with the sender, and how; where the address counts it.
         self.accepted = self.rejected = self.released = self.modified = 0
         self.presettled = 0
@@ -134,6 +136,7 @@ class InLink:
     def _count(self, delivery: Delivery) -> bool:
         """Count a new delivery; is it presettled?"""
         self.received += 1
+        self.last_delivery = time.monotonic()
         self.tally[self.slot] += 1
         if delivery.settled:
             self.presettled += 1

@@ -14,6 +14,7 @@ from proton import SASL
 
 from enmesh import __version__
 from enmesh.router import inventory_config, tally
+from enmesh.router.demand import PHASE_MARK
 
 if TYPE_CHECKING:
     from enmesh.router.connecting import ConnectionInfo
@@ -34,8 +35,8 @@ def _zeros(names: str) -> dict[str, int]:
 
 
 LINK_NOT_COUNTED = _zeros(
-    "unsettledCount presettledCount droppedPresettledCount acceptedCount rejectedCount "
-    "releasedCount modifiedCount deliveriesDelayed1Sec deliveriesDelayed10Sec "
+    "deliveryCount unsettledCount presettledCount droppedPresettledCount acceptedCount "
+    "rejectedCount releasedCount modifiedCount deliveriesDelayed1Sec deliveriesDelayed10Sec "
     "deliveriesStuck zeroCreditSeconds settleRate undeliveredCount"
 )
 ADDRESS_NOT_COUNTED = _zeros(
@@ -149,11 +150,24 @@ def connection_entities(router: Router) -> Iterator[dict[str, Any]]:
             "adminStatus": "enabled",
             "operStatus": "closing" if conn.closed else "up",
             "uptimeSeconds": int(now - info.opened_at),
-            "lastDlvSeconds": None,
+            "lastDlvSeconds": _seconds_since_last_delivery(conn.connection, now),
             "enableProtocolTrace": False,
             "bytesIn": conn.bytes_in,
             "bytesOut": conn.bytes_out,
         }
+
+
+def _seconds_since_last_delivery(connection: Any, now: float) -> int | None:
+    """Since a delivery last arrived on or left one of the connection's links (None: never)."""
+    latest = None
+    link = connection.link_head(0)
+    while link is not None:
+        tracked = getattr(link, "enmesh_out", None) or getattr(link, "enmesh_in", None)
+        when = tracked.last_delivery if tracked is not None else None
+        if when is not None and (latest is None or when > latest):
+            latest = when
+        link = link.next(0)
+    return None if latest is None else int(now - latest)
 
 
 def connection_properties(remote: Mapping[Any, Any] | None) -> dict[str, Any]:
@@ -196,7 +210,7 @@ def link_entities(router: Router) -> Iterator[dict[str, Any]]:
             "linkType": "inter-router" if info.role == "inter-router" else "endpoint",
             "linkDir": "out" if link.is_sender else "in",
             "connectionId": str(connection_id),
-            "owningAddr": tracked.key if tracked is not None else None,
+            "owningAddr": hash_key(tracked.key) if tracked is not None else None,
             "adminStatus": "enabled",
             "operStatus": "up",
             "capacity": info.link_capacity,
@@ -227,27 +241,49 @@ def link_entities(router: Router) -> Iterator[dict[str, Any]]:
         yield entity
 
 
+def hash_key(key: str) -> str:
+    """qdrouterd's name for an address: its hash key, class and phase before the address
+    (`M0iot/telemetry`, a waypoint's `M1iot/commands`; `L$management` local). qdstat
+    reads the class from the first character and the phase from the second."""
+    address, mark, phase = key.rpartition(PHASE_MARK)
+    if mark and phase.isdigit():
+        return f"M{phase}{address}"
+    return f"L{key}" if key.startswith("$") else f"M0{key}"
+
+
 def address_entities(router: Router) -> Iterator[dict[str, Any]]:
+    return (entity for _, entity in address_rows(router))
+
+
+def address_rows(router: Router, prefix: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(the router's own key, the router.address entity) of every known address whose key
+    starts with `prefix` (a tenant's `<space>/`)."""
     for key, distribution, state in known_addresses(router):
+        if not key.startswith(prefix):
+            continue
         consumers = state.consumers if state is not None else []
         remote = router.mesh.routers_with(key)
-        yield {
-            "identity": key,
-            "name": key,
-            "type": ADDRESS,
-            "key": key,
-            "distribution": distribution,  # a str: proton cannot encode the enum
-            "subscriberCount": len(consumers),
-            "remoteCount": len(remote),
-            "containerCount": 0,
-            **tally.address_attributes(state.counts if state is not None else tally.zeros()),
-            "droppedPresettledDeliveries": sum(c.dropped for c in consumers),
-            "undeliveredCount": sum(len(c.waiting) for c in consumers),
-            "remoteHostRouters": [router for _, router in remote],
-            "priority": -1,  # qdrouterd's "none set"
-            "transitOutstanding": None,
-            **ADDRESS_NOT_COUNTED,
-        }
+        name = hash_key(key)
+        yield (
+            key,
+            {
+                "identity": name,
+                "name": name,
+                "type": ADDRESS,
+                "key": name,
+                "distribution": distribution,  # a str: proton cannot encode the enum
+                "subscriberCount": len(consumers),
+                "remoteCount": len(remote),
+                "containerCount": 0,
+                **tally.address_attributes(state.counts if state is not None else tally.zeros()),
+                "droppedPresettledDeliveries": sum(c.dropped for c in consumers),
+                "undeliveredCount": sum(len(c.waiting) for c in consumers),
+                "remoteHostRouters": [router for _, router in remote],
+                "priority": -1,  # qdrouterd's "none set"
+                "transitOutstanding": None,
+                **ADDRESS_NOT_COUNTED,
+            },
+        )
 
 
 def entities(router: Router, entity_type: str, tenant: str | None = None) -> list[dict[str, Any]]:
@@ -270,7 +306,7 @@ def entities(router: Router, entity_type: str, tenant: str | None = None) -> lis
         ]
     if entity_type == ADDRESS:
         prefix = f"{tenant}/" if tenant is not None else ""
-        return [a for a in address_entities(router) if a["name"].startswith(prefix)]
+        return [entity for _, entity in address_rows(router, prefix)]
     if tenant is not None:  # the mesh's nodes and the router's configuration
         return []
     if entity_type == NODE:

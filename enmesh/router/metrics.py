@@ -171,8 +171,8 @@ def exposition(router: Router) -> str:
     entity = inventory.router_entity(router)
     for field, name, help_text in _ROUTER_COUNTERS:
         metric(name, "counter", help_text, [(f"{{{rid}}}", entity[field])])
-    addresses = list(inventory.address_entities(router))
-    labels = {a["name"]: f"{rid},{_address_labels(a['name'])}" for a in addresses}
+    addresses = list(inventory.address_rows(router))
+    labels = {key: f"{rid},{_address_labels(key)}" for key, _ in addresses}
     metric(
         "enmesh_address_deliveries_total",
         "counter",
@@ -188,7 +188,7 @@ def exposition(router: Router) -> str:
     )
     for field, name, help_text in _ADDRESS_SERIES:
         kind = "counter" if name.endswith("_total") else "gauge"
-        metric(name, kind, help_text, [(f"{{{labels[a['name']]}}}", a[field]) for a in addresses])
+        metric(name, kind, help_text, [(f"{{{labels[key]}}}", a[field]) for key, a in addresses])
     reloader = router.reloader
     if reloader is not None:  # config reloads (enmesh.router.reload): what `apply` waits for
         metric(

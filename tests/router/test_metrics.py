@@ -65,7 +65,7 @@ def address_row(mesh: Mesh, router: int, key: str = ADDRESS) -> dict[str, Any]:
         connection.close()
     names = reply.body["attributeNames"]
     rows = [dict(zip(names, row, strict=True)) for row in reply.body["results"]]
-    return next(row for row in rows if row["name"] == key)
+    return next(row for row in rows if row["name"] == f"M0{key}")  # qdrouterd's hash key
 
 
 class SendN(ConsumerFirst):

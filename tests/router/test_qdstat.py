@@ -123,13 +123,13 @@ def test_every_request_is_answered(qdstat: dict[str, list[Reply]], option: str) 
 
 def test_addresses_show_the_deliveries(qdstat: dict[str, list[Reply]]) -> None:
     found = {row["name"]: row for row in _table(qdstat, "-a")}
-    telemetry = found["iot/telemetry"]
+    telemetry = found["M0iot/telemetry"]
     assert telemetry["distribution"] == "balanced"
     assert (telemetry["subscriberCount"], telemetry["remoteCount"]) == (1, 0)  # local, remote
     assert (telemetry["deliveriesIngress"], telemetry["deliveriesEgress"]) == (N, N)  # in, out
     assert telemetry["deliveriesTransit"] == 0 and telemetry["containerCount"] == 0
-    assert found["iot/broadcast"]["distribution"] == "multicast"
-    assert found["iot/broadcast"]["deliveriesIngress"] == 0
+    assert found["M0iot/broadcast"]["distribution"] == "multicast"
+    assert found["M0iot/broadcast"]["deliveriesIngress"] == 0
     assert all(isinstance(row["priority"], int) for row in found.values())  # `pri` compares
 
 
@@ -159,7 +159,7 @@ def test_links_show_direction_address_and_counts(qdstat: dict[str, list[Reply]])
     assert (consumer["linkType"], consumer["linkDir"]) == ("endpoint", "out")
     assert (producer["linkType"], producer["linkDir"]) == ("endpoint", "in")
     for link in (consumer, producer):
-        assert link["owningAddr"] == "iot/telemetry"  # qdrouterd: M0iot/telemetry, see below
+        assert link["owningAddr"] == "M0iot/telemetry"  # qdrouterd's hash key
         assert (link["deliveryCount"], link["acceptedCount"]) == (N, N)
         assert link["unsettledCount"] == 0 and link["undeliveredCount"] == 0
         assert link["adminStatus"] == "enabled" and link["operStatus"] == "up"
@@ -169,33 +169,19 @@ def test_links_show_direction_address_and_counts(qdstat: dict[str, list[Reply]])
     assert {r["linkType"] for r in links if r["connectionId"] == inter_router} == {"inter-router"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="router gap: router.address name/key (and router.link owningAddr) lack qdrouterd's "
-    "hash-key class and phase prefix ('M0iot/telemetry'); qdstat -a/-l decode name[0] as the "
-    "class and print 'unknown: i', 'ot/telemetry' and no phase",
-)
 def test_address_names_carry_the_mobile_class_and_phase(qdstat: dict[str, list[Reply]]) -> None:
-    assert "M0iot/telemetry" in {row["name"] for row in _table(qdstat, "-a")}
+    # qdstat reads the class from name[0] and the phase from name[1] (a waypoint: M1)
+    names = {row["name"] for row in _table(qdstat, "-a")}
+    assert {"M0iot/telemetry", "M0iot/commands", "M1iot/commands"} <= names, names
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="router gap: connection lastDlvSeconds is always null; qdrouterd 1.19 gives the "
-    "seconds since the connection's last delivery, so qdstat -c prints '-' for 'last dlv'",
-)
 def test_connections_that_carried_deliveries_report_last_delivery(
     qdstat: dict[str, list[Reply]],
 ) -> None:
     clients = {row["user"]: row for row in _table(qdstat, "-c")}
     assert isinstance(clients["device@iot"]["lastDlvSeconds"], int)
+    assert isinstance(clients["backend@iot"]["lastDlvSeconds"], int)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="router gap: router.link deliveryCount is null on links without message counters "
-    "(inter-router control links, the $management sender); qdrouterd always gives an integer, "
-    "qdstat -l prints a blank 'deliv'",
-)
 def test_every_link_has_a_delivery_count(qdstat: dict[str, list[Reply]]) -> None:
     assert all(isinstance(row["deliveryCount"], int) for row in _table(qdstat, "-l"))
