@@ -165,7 +165,8 @@ def address_rows(
             for view in views
             for link in view.links
             if link.get("linkType") == "endpoint"
-            and str(link.get("owningAddr") or "").endswith(key)
+            # qdrouterd's hash key: class and phase, then the address (M0iot/x, M1iot/x)
+            and str(link.get("owningAddr") or "")[2:] == key
         ]
         settings = ", ".join(
             f"{name} {value}"
