@@ -18,6 +18,7 @@ from enmesh.compile import administrator, admission, auth, broker, deploy, monit
 from enmesh.compile.engines import profile_of
 from enmesh.compile.engines.check import policy_problems, refuse_unserved, require_valid
 from enmesh.compile.layout import Layout
+from enmesh.compile.ports import check_ports
 from enmesh.compile.stack import Stack, load_stack
 from enmesh.gcpause import paused_gc
 from enmesh.model import Model, load_model
@@ -60,6 +61,7 @@ def _compile(layout: Layout) -> Artefacts:
     stack = layout.stack
     profile = profile_of(stack.spec.routers.engine)
     refuse_unserved(layout, profile)  # before anything is written: name what is missing
+    check_ports(layout)
     files: dict[str, str] = {}
     for router_id, conf in router.render_routers(layout).items():
         files[f"routers/{router_id}.conf"] = conf

@@ -147,4 +147,5 @@ def deployment(layout: Layout) -> dict[str, Any]:
         "spaces": sorted(t.name for t in layout.model.tenants),
         "addresses": _addresses(layout),
         "monitoring": monitoring.deployment(layout),
+        "mqtt": layout.stack.spec.mqtt.model_dump(),
     }

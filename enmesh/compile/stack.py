@@ -70,7 +70,7 @@ class Broker(_Strict):
     name: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
     host: str = "127.0.0.1"
     amqpsPort: Port = 25671  # noqa: N815
-    mqttsPort: Port = 28883  # noqa: N815  (MQTT over TLS; the routers own 1883/8883 later)
+    mqttsPort: Port = 28883  # noqa: N815  (MQTT over TLS; 1883/8883 are the gateway's)
     prometheusPort: Port = 15692  # noqa: N815
     distPort: Port = 25672  # noqa: N815  (Erlang distribution: loopback unless clustered)
     listenHost: str | None = None  # noqa: N815  (bind address; default: host)
@@ -132,6 +132,29 @@ class Monitoring(_Strict):
     alerts: Alerts = Field(default_factory=Alerts)
 
 
+ListenerPort = Annotated[int, Field(strict=True, ge=0, le=65535)]  # 0: no such listener
+
+
+class MqttPorts(_Strict):
+    mqtt: ListenerPort = 1883  # MQTT over TCP
+    mqtts: ListenerPort = 8883  # MQTT over TLS (the routers' client certificate)
+    ws: ListenerPort = 8083  # MQTT over WebSocket
+    wss: ListenerPort = 8084  # MQTT over WebSocket and TLS
+
+
+class Mqtt(_Strict):
+    """The MQTT gateway on each host with routers: devices enter through the mesh."""
+
+    enabled: bool = True
+    ports: MqttPorts = Field(default_factory=MqttPorts)
+
+    @model_validator(mode="after")
+    def _some_listener(self) -> Mqtt:
+        if self.enabled and not any(self.ports.model_dump().values()):
+            raise ValueError("an enabled MQTT gateway needs at least one port other than 0")
+        return self
+
+
 class StackPaths(_Strict):
     config: AbsolutePath = "/etc/enmesh"  # where the rendered files are installed
     state: AbsolutePath = "/var/lib/enmesh"  # TLS material, SASL database
@@ -146,6 +169,7 @@ class StackSpec(_Strict):
     security: SecurityPolicy = Field(default_factory=SecurityPolicy)  # throttling, limits
     tls: TlsPolicy = Field(default_factory=TlsPolicy)
     monitoring: Monitoring = Field(default_factory=Monitoring)  # Prometheus, alerts
+    mqtt: Mqtt = Field(default_factory=Mqtt)  # the MQTT gateway's listeners
 
     @model_validator(mode="after")
     def _unique_broker_names(self) -> StackSpec:
