@@ -22,7 +22,7 @@ from enmesh.deploy import stackctl
 from enmesh.deploy.bundle import write_bundle
 from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment, watch_sasldb
 from enmesh.deploy.secrets import ensure_secrets
-from enmesh.deploy.smoke import run_smoke
+from enmesh.deploy.smoke_run import run_smoke
 from enmesh.k8s.config import KubeStackError
 from enmesh.migrate.commands import add_migrate
 from enmesh.migrate.ends import MigrateError

@@ -377,23 +377,3 @@ def _drain_smoke(receiver: BlockingReceiver) -> bool:
         except Timeout:  # nothing more for now
             return got
         got = True
-
-
-def run_smoke(stack: Stack, report: Callable[[str], None] = print) -> bool:
-    """Run every check, reporting one line each; true if none failed."""
-    ok = True
-    for check in SmokeCheck(stack).checks():
-        started = time.monotonic()
-        label = f"{check.kind:<12} {check.space}/{check.address}"
-        try:
-            detail = check.run()
-        except Skipped as exc:
-            report(f"  skip  {label}: {exc}")
-            continue
-        except Exception as exc:
-            ok = False
-            report(f"  FAIL  {label}: {exc}")
-            continue
-        elapsed = (time.monotonic() - started) * 1000
-        report(f"  ok    {label}  {detail}  ({elapsed:.0f} ms)")
-    return ok

@@ -25,7 +25,8 @@ from typing import Any
 
 from enmesh.control.management import Administrator, ManagementError, router_url, served
 from enmesh.deploy import observability
-from enmesh.deploy.smoke import Access, Stack, run_smoke
+from enmesh.deploy.smoke import Access, Stack
+from enmesh.deploy.smoke_run import run_smoke
 
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
 

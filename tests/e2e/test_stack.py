@@ -18,7 +18,8 @@ from proton.utils import BlockingConnection
 
 from enmesh.clients import connect_options
 from enmesh.deploy import queue_depth
-from enmesh.deploy.smoke import Stack, run_smoke
+from enmesh.deploy.smoke import Stack
+from enmesh.deploy.smoke_run import run_smoke
 from tests.e2e.model_change import STACKS, changed_stack
 from tests.support.mesh import wait_until
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from proton import Message, Timeout
 
-from enmesh.deploy.smoke import Stack, run_smoke
+from enmesh.deploy.smoke import Stack
 from enmesh.deploy.smoke import _pump_until_done as pump_until_done
+from enmesh.deploy.smoke_run import run_smoke
 from tests.support.mesh import wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
