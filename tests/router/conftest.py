@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -12,9 +12,16 @@ from tests.support.amqp import Account, Scenario
 from tests.support.mesh import Mesh, build_mesh
 
 
-def running_mesh(factory: pytest.TempPathFactory, topology: str) -> Iterator[Mesh]:
-    """Three routers in `topology`, started and converged; stopped afterwards."""
+def running_mesh(
+    factory: pytest.TempPathFactory,
+    topology: str,
+    prepare: Callable[[Mesh], None] | None = None,
+) -> Iterator[Mesh]:
+    """Three routers in `topology`, started and converged; stopped afterwards.
+    `prepare` may change the compiled files first (as an operator would)."""
     mesh = build_mesh(factory.mktemp(topology), routers=3, topology=topology)
+    if prepare is not None:
+        prepare(mesh)
     try:
         mesh.start()
         mesh.wait_converged()

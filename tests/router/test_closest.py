@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from proton import Message
 
-from tests.router.conftest import account
+from tests.router.conftest import account, running_mesh
 from tests.support.amqp import Scenario, run
-from tests.support.mesh import Mesh, build_mesh
+from tests.support.mesh import Mesh
 from tests.support.qdmanage import Qdmanage, add_administrator, rows
 
 BALANCED = "address {\n    distribution: balanced\n    prefix: iot/telemetry\n}"
@@ -26,19 +26,16 @@ CLOSEST = "address {\n    distribution: closest\n    prefix: iot/telemetry\n}"
 MESSAGES = 60
 
 
-@pytest.fixture(scope="module")
-def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    mesh = build_mesh(tmp_path_factory.mktemp("closest"), routers=3, topology="chain")
+def _closest(mesh: Mesh) -> None:
     for router in mesh.routers:
         text = router.config.read_text()
         assert BALANCED in text, "the compiled config changed shape"
         router.config.write_text(text.replace(BALANCED, CLOSEST))
-    try:
-        mesh.start()
-        mesh.wait_converged()
-        yield mesh
-    finally:
-        mesh.stop()
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    yield from running_mesh(tmp_path_factory, "chain", prepare=_closest)
 
 
 def remote_routers_seen_by_router_0(mesh: Mesh) -> set[str]:

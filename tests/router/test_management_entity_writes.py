@@ -16,29 +16,28 @@ from proton import ConnectionException
 
 from tests.router.conftest import account
 from tests.support.amqp import Account, Scenario, run
-from tests.support.mesh import Mesh, RouterProcess, build_mesh, wait_until
+from tests.support.mesh import Mesh, RouterProcess, wait_until
 from tests.support.ports import free_port, port_is_listening
-from tests.support.qdmanage import Qdmanage, Reply, add_administrator, rows
+from tests.support.qdmanage import Qdmanage, Reply, administered_router, rows
 
 PEER = "fake-broker"
 
 
-@pytest.fixture(scope="module")
-def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Account]]:
-    mesh = build_mesh(tmp_path_factory.mktemp("mgmt-entities"), routers=1)
-    # The operator lets backend@iot receive from what the test's linkRoute will serve.
+def _routed_source_allowed(mesh: Mesh) -> None:
+    """The operator lets backend@iot receive from what the test's linkRoute will serve."""
     policy = mesh.directory / "config" / "auth" / "policies" / "iot.json"
     sources = '"sources": "alerts, alerts::audit'
     assert sources in policy.read_text()
     policy.write_text(
         policy.read_text().replace(sources, sources.replace(': "', ': "manual-route/*, '))
     )
-    admin = add_administrator(mesh)
-    try:
-        mesh.start()
-        yield mesh, admin
-    finally:
-        mesh.stop()
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Account]]:
+    directory = tmp_path_factory.mktemp("mgmt-entities")
+    with administered_router(directory, prepare=_routed_source_allowed) as running:
+        yield running
 
 
 def _write(admin: Account, operation: str, *args: Any, **kwargs: Any) -> Reply:

@@ -12,21 +12,16 @@ from proton import ConnectionException, LinkException
 
 from tests.router.conftest import account, sender_refusal
 from tests.support.amqp import Account
-from tests.support.mesh import Mesh, build_mesh, wait_until
-from tests.support.qdmanage import ADMINISTRATOR, Qdmanage, add_administrator, rows
+from tests.support.mesh import Mesh, wait_until
+from tests.support.qdmanage import ADMINISTRATOR, Qdmanage, administered_router, rows
 
 ADDRESS = "org.apache.qpid.dispatch.router.config.address"
 
 
 @pytest.fixture(scope="module")
 def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Account]]:
-    mesh = build_mesh(tmp_path_factory.mktemp("mgmt-writes"), routers=1)
-    admin = add_administrator(mesh)
-    try:
-        mesh.start()
-        yield mesh, admin
-    finally:
-        mesh.stop()
+    with administered_router(tmp_path_factory.mktemp("mgmt-writes")) as running:
+        yield running
 
 
 def _addresses(client: Qdmanage) -> dict[str, dict[str, Any]]:

@@ -6,8 +6,11 @@ qdmanage is in no package registry here, so the tests send its bytes with this c
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from proton import Message
@@ -15,7 +18,7 @@ from proton.utils import SyncRequestResponse
 
 from enmesh.compile import administrator
 from tests.support.amqp import Account
-from tests.support.mesh import Mesh
+from tests.support.mesh import Mesh, build_mesh
 
 NODE_TYPE = "org.amqp.management"
 
@@ -116,6 +119,23 @@ def rows(response: Reply) -> list[dict[str, Any]]:
 
 
 ADMINISTRATOR = administrator.IDENTITY
+
+
+@contextlib.contextmanager
+def administered_router(
+    directory: Path, prepare: Callable[[Mesh], None] | None = None
+) -> Iterator[tuple[Mesh, Account]]:
+    """One running router of the sample model and its stack administrator's account;
+    `prepare` may change the compiled files before the router starts."""
+    mesh = build_mesh(directory, routers=1)
+    if prepare is not None:
+        prepare(mesh)
+    admin = add_administrator(mesh)
+    try:
+        mesh.start()
+        yield mesh, admin
+    finally:
+        mesh.stop()
 
 
 def add_administrator(mesh: Mesh) -> Account:
