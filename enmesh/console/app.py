@@ -30,6 +30,7 @@ from enmesh.console import charts, views
 from enmesh.console.mesh import Credentials, ManagementLinks, MeshError, Router, check_login
 from enmesh.console.runtime import ADDRESS_FIELDS, GENERAL, ChangeError, Changes
 from enmesh.console.sessions import COOKIE, Session, Sessions
+from enmesh.console.user_pages import UserPages
 from enmesh.control.target import Target
 from enmesh.model import Operation, Tenant
 
@@ -298,65 +299,6 @@ class Console:
             request, session, "address", f"/spaces/{space}", self.changes.delete_address
         )
 
-    async def users(self, request: Request, session: Session) -> Response:
-        space = request.path_params["space"]
-
-        def gather() -> tuple[Tenant, set[str]]:
-            return self.tenant_of(session, space), self.changes.source().added_names()
-
-        tenant, added = await run_in_threadpool(gather)
-        return self.page(request, "users.html", session=session, tenant=tenant, added=added)
-
-    async def new_user(self, request: Request, session: Session) -> Response:
-        tenant = await run_in_threadpool(self.tenant_of, session, request.path_params["space"])
-        return self.form_page(
-            request, "user_new.html", session, tenant, values={"operations": []}, errors={}
-        )
-
-    async def create_user(self, request: Request, session: Session) -> Response:
-        space = request.path_params["space"]
-        form = await request.form()
-        values: dict[str, Any] = {
-            "username": str(form.get("username", "")),
-            "addresses": str(form.get("addresses", "")),
-            "operations": [str(op) for op in form.getlist("operations")],
-        }
-        tenant = await run_in_threadpool(self.tenant_of, session, space)
-        try:
-            errors, password = await run_in_threadpool(self.changes.create_user, space, values)
-        except ChangeError as exc:
-            errors, password = {GENERAL: [str(exc)]}, ""
-        if errors:
-            return self.form_page(
-                request, "user_new.html", session, tenant, values=values, errors=errors
-            )
-        log.info("user %s@%s created", values["username"], space)  # never its password
-        return self.page(
-            request,
-            "user_created.html",
-            201,
-            session=session,
-            tenant=tenant,
-            username=values["username"],
-            password=password,
-        )
-
-    async def confirm_delete_user(self, request: Request, session: Session) -> Response:
-        tenant = await run_in_threadpool(self.tenant_of, session, request.path_params["space"])
-        return self.page(
-            request,
-            "user_delete.html",
-            session=session,
-            tenant=tenant,
-            username=request.path_params["username"],
-        )
-
-    async def delete_user(self, request: Request, session: Session) -> Response:
-        space = request.path_params["space"]
-        return await self.confirmed_delete(
-            request, session, "username", f"/spaces/{space}/users", self.changes.delete_user
-        )
-
     async def confirmed_delete(
         self,
         request: Request,
@@ -443,15 +385,7 @@ class Console:
                 a(self.delete_address, post=True),
                 methods=["POST"],
             ),
-            Route(f"{space}/users", a(self.users)),
-            Route(f"{space}/users/new", a(self.new_user)),
-            Route(f"{space}/users", a(self.create_user, post=True), methods=["POST"]),
-            Route(f"{space}/users/{{username}}/delete", a(self.confirm_delete_user)),
-            Route(
-                f"{space}/users/{{username}}/delete",
-                a(self.delete_user, post=True),
-                methods=["POST"],
-            ),
+            *UserPages(self).routes(space),
             Route(f"{space}/connections", a(self.connections)),
             Route(
                 f"{space}/connections/{{router}}/{{identity}}/close",

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from enmesh.compile import compile_model, load_stack, write_artefacts
+from enmesh.deploy.sasldb import ensure_sasldb
 from enmesh.model import load_model
 from tests.support.pki import make_pki, stack_components
 from tests.support.ports import free_port_block, port_is_listening
-from tests.support.sasl import make_sasldb
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_BIN = Path(sys.executable).parent / "enmesh-router"
@@ -263,7 +263,9 @@ def build_mesh(
         ref = service["passwordSecret"]
         _write_secret(secrets_dir, ref["name"], ref["key"], secrets.token_urlsafe(12))
     (state / "auth").mkdir(parents=True, exist_ok=True)
-    make_sasldb(state / "auth" / "enmesh.sasldb", passwords)
+    # As a deployment builds it: with its record of who is in it and each password's
+    # digest, so `enmesh apply` sees a changed password (enmesh.deploy.sasldb).
+    ensure_sasldb(state / "auth" / "enmesh.sasldb", passwords)
     processes = []
     for i, instance_port in enumerate(_ports(stack)):
         amqp, amqps, metrics = instance_port

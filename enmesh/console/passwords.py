@@ -1,0 +1,83 @@
+"""A user's new password, from the console: written to the user's secret, then `enmesh apply`.
+
+The secret file (`<paths.secrets>/<secret>/<key>`) is the one source of a password on
+hosts: `make up` and `enmesh apply` build the SASL database from it. So a change writes
+that file and applies; apply sees the changed digest, rebuilds the database in place, and
+the new password holds for the next login while open connections carry on (as for any
+apply). If apply fails, the old password is written back. Users from git and users the
+console added are changed alike (the password is not part of the model).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from pathlib import Path
+
+from enmesh.console.runtime import ChangeError, Changes
+from enmesh.control.apply import apply_stack
+from enmesh.deploy.secrets import ALPHABET, LENGTH
+
+log = logging.getLogger("enmesh.console")
+
+MIN_LENGTH = 12
+
+
+def problem(password: str) -> str | None:
+    """Why a chosen password cannot be used (None: it can)."""
+    if len(password) < MIN_LENGTH:
+        return f"at least {MIN_LENGTH} characters"
+    if any(not ch.isprintable() for ch in password) or password != password.strip():
+        return "printable characters only, no leading or trailing spaces"
+    return None
+
+
+def change_password(changes: Changes, space: str, username: str, chosen: str | None) -> str:
+    """Set `username@space`'s password (`chosen`, or a generated one) and apply; returns it."""
+    with changes.lock:
+        secret = _secret_of(changes, space, username)
+        password = chosen if chosen is not None else _generated()
+        before = secret.read_bytes() if secret.exists() else None
+        _write(secret, password)
+        try:
+            apply_stack(changes.stack_file, changes.target(), echo=log.info)
+        except Exception as exc:
+            if before is None:
+                secret.unlink(missing_ok=True)
+            else:
+                _write_bytes(secret, before)
+            log.exception("apply failed; the old password of %s@%s stays", username, space)
+            raise ChangeError(f"apply failed, the old password stays: {exc}") from exc
+        log.info("password of %s@%s changed", username, space)  # never the password
+        return password
+
+
+def _secret_of(changes: Changes, space: str, username: str) -> Path:
+    tenant = next((t for t in changes.source().model().tenants if t.name == space), None)
+    user = next((u for u in tenant.users if u.spec.username == username), None) if tenant else None
+    if user is None:
+        raise ChangeError(f"no user {username!r} in {space!r}")
+    ref = user.spec.authentication.passwordSecret
+    return Path(changes.target().secrets_dir) / ref.name / ref.key
+
+
+def _generated() -> str:
+    return "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
+
+
+def _write(secret: Path, password: str) -> None:
+    _write_bytes(secret, (password + "\n").encode("utf-8"))
+
+
+def _write_bytes(secret: Path, content: bytes) -> None:
+    """Replace the file in one rename, mode 0600, keeping the owner of the one it replaces."""
+    secret.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    owner = secret.stat() if secret.exists() else None
+    temporary = secret.with_name(f".{secret.name}.new")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(content)
+    if owner is not None:
+        os.chown(temporary, owner.st_uid, owner.st_gid)
+    temporary.replace(secret)
