@@ -175,7 +175,8 @@ def test_move_stored_killed_and_run_again_loses_nothing(
     moved = move_stored(src, dst, timeout=120, progress=lambda _: None)
     assert {m.queue: m.source_after for m in moved}["iot.readings"] == 0
     # r1..r3 are the plan test's readings, moved by an earlier test.
-    received = [b for b in receive_all(target, "readings") if b.startswith("reading ")]
+    got = receive_all(target, "readings", at_least=count)
+    received = [b for b in got if b.startswith("reading ")]
     assert set(received) == set(bodies), "every stored message reached the target"
     # At-least-once: a message confirmed by the target but not yet acknowledged on the
     # source when its shovel was stopped is moved again; never more than one prefetch.
@@ -187,15 +188,17 @@ def test_move_stored_killed_and_run_again_loses_nothing(
     assert MIGRATE_USER not in broker.ctl("list_users").stdout
 
 
-def receive_all(mesh: Mesh, address: str) -> list[str]:
-    """Receive until the address stays quiet for 3 s."""
+def receive_all(mesh: Mesh, address: str, at_least: int = 0) -> list[str]:
+    """Receive `at_least` messages (30 s for each), then on until the address stays quiet
+    for 3 s (duplicates would come then). The first may wait for the target router's
+    link to its broker, which a loaded machine can take seconds to attach."""
     connection = account(mesh, 0, "backend@iot").blocking(timeout=30)
     bodies: list[str] = []
     try:
         receiver = connection.create_receiver(address, credit=200)
         while True:
             try:
-                message = receiver.receive(timeout=3)
+                message = receiver.receive(timeout=30 if len(bodies) < at_least else 3)
             except Timeout:
                 return bodies
             bodies.append(str(message.body))

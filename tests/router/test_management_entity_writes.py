@@ -7,6 +7,10 @@ answers management writes from any client, as qdrouterd does."""
 
 from __future__ import annotations
 
+import queue
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +19,13 @@ import pytest
 from proton import ConnectionException
 
 from tests.router.conftest import account
-from tests.support.amqp import Account, Scenario, run
+from tests.support.amqp import Account
 from tests.support.mesh import Mesh, RouterProcess, wait_until
 from tests.support.ports import free_port, port_is_listening
 from tests.support.qdmanage import Qdmanage, Reply, administered_router, rows
 
 PEER = "fake-broker"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _routed_source_allowed(mesh: Mesh) -> None:
@@ -46,91 +51,69 @@ def _write(admin: Account, operation: str, *args: Any, **kwargs: Any) -> Reply:
     return reply
 
 
-class FakeBroker(Scenario):
-    """A route-container peer the router is told to connect to through management.
+class PeerProcess:
+    """tests.support.fake_peer in a process of its own; its event lines, read with a timeout."""
 
-    Once the router's connection is open: an autoLink is created (its attach must arrive),
-    then deleted (its detach must arrive); then the client's receiver for `alerts` is
-    routed here by a created linkRoute. Records the addresses it saw attached."""
-
-    def __init__(self, admin: Account, mesh: Mesh) -> None:
-        super().__init__()
-        self.admin, self.mesh = admin, mesh
+    def __init__(self) -> None:
         self.port = free_port()
-        self.replies: dict[str, int] = {}
-        self.attached: list[tuple[str, str]] = []  # (link role seen here, address)
-        self.detached: list[str] = []
-        self.client: Any = None
-        self.peer: Any = None  # the router's connection to this peer
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.fake_peer", str(self.port)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
 
-    def on_start(self, event: Any) -> None:
-        self.acceptor = event.container.listen(f"127.0.0.1:{self.port}")
-        attributes = {"role": "route-container", "host": "127.0.0.1", "port": str(self.port)}
-        self.replies["connector"] = _write(
-            self.admin, "create", attributes, type="connector", name=PEER
-        ).status
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.strip())
 
-    def on_connection_opened(self, event: Any) -> None:
-        if event.connection in self.connections:
-            return  # the client's own connection
-        self.peer = event.connection
-        auto = {"address": "iot/manual", "direction": "in", "connection": PEER}
-        self.replies["autoLink"] = _write(
-            self.admin, "create", auto, type="autoLink", name="manual"
-        ).status
+    def expect(self, wanted: str) -> None:
+        """Wait for the line `wanted` (earlier lines are skipped)."""
+        seen = []
+        while True:
+            try:
+                line = self.lines.get(timeout=30)
+            except queue.Empty:
+                raise AssertionError(f"the peer never said {wanted!r}; it said {seen}") from None
+            seen.append(line)
+            if line == wanted:
+                return
 
-    def on_link_opening(self, event: Any) -> None:
-        link = event.link
-        address = link.remote_source.address if link.is_sender else link.remote_target.address
-        self.attached.append(("sender" if link.is_sender else "receiver", address))
-        link.source.address = link.remote_source.address
-        link.target.address = link.remote_target.address
-        link.open()
-        if address == "iot/manual":
-            self.replies["delete autoLink"] = _write(
-                self.admin, "delete", type="autoLink", name="manual"
-            ).status
-        elif self.client is not None:
-            self.done()
-
-    def on_link_closing(self, event: Any) -> None:
-        address = event.link.remote_source.address
-        self.detached.append(address)
-        event.link.close()
-        if address == "iot/manual":
-            route = {"prefix": "iot/manual-route", "direction": "in", "connection": PEER}
-            self.replies["linkRoute"] = _write(
-                self.admin, "create", route, type="linkRoute", name="manual-route"
-            ).status
-            self.client = self.open(account(self.mesh, 0, "backend@iot"))
-            event.container.create_receiver(self.client, "manual-route/x")
-
-    def done(self) -> None:
-        super().done()
-        if self.peer is not None:
-            self.peer.close()
-        self.acceptor.close()
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
 
 
 def test_connector_autolink_and_linkroute_writes_act_on_the_wire(
     router: tuple[Mesh, Account],
 ) -> None:
     mesh, admin = router
-    scenario = run(FakeBroker(admin, mesh), timeout=60)
-    assert scenario.replies == {
-        "connector": 201,
-        "autoLink": 201,
-        "delete autoLink": 204,
-        "linkRoute": 201,
-    }
-    # The router took messages for iot/manual from the peer (an `in` autoLink: the router
-    # receives, the peer sends), dropped the link when the autoLink went, then passed the
-    # client's receiver through, as the linkRoute said.
-    assert ("sender", "iot/manual") in scenario.attached
-    assert "iot/manual" in scenario.detached
-    assert any(
-        role == "sender" and "manual-route/x" in address for role, address in scenario.attached
-    ), scenario.attached
+    peer = PeerProcess()
+    try:
+        peer.expect("listening")
+        connector = {"role": "route-container", "host": "127.0.0.1", "port": str(peer.port)}
+        assert _write(admin, "create", connector, type="connector", name=PEER).status == 201
+        peer.expect("open")  # the router connected to it
+        auto = {"address": "iot/manual", "direction": "in", "connection": PEER}
+        assert _write(admin, "create", auto, type="autoLink", name="manual").status == 201
+        # an `in` autoLink: the router receives from the peer, which sends
+        peer.expect("attach sender iot/manual")
+        assert _write(admin, "delete", type="autoLink", name="manual").status == 204
+        peer.expect("detach iot/manual")
+        route = {"prefix": "iot/manual-route", "direction": "in", "connection": PEER}
+        reply = _write(admin, "create", route, type="linkRoute", name="manual-route")
+        assert reply.status == 201
+        client = account(mesh, 0, "backend@iot").blocking()
+        try:
+            client.create_receiver("manual-route/x")  # answered by the peer, through the route
+        finally:
+            client.close()
+        peer.expect("attach sender iot/manual-route/x")
+    finally:
+        peer.stop()
 
 
 def test_listener_create_opens_a_port_and_delete_closes_it(router: tuple[Mesh, Account]) -> None:

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from enmesh.compile import compile_model, load_stack, write_artefacts
+from enmesh.compile.stack import Broker
 from enmesh.deploy.sasldb import ensure_sasldb
 from enmesh.model import load_model
 from tests.support.pki import make_pki, stack_components
-from tests.support.ports import free_port_block, port_is_listening
+from tests.support.ports import free_port_block, free_port_blocks, port_is_listening
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_BIN = Path(sys.executable).parent / "enmesh-router"
@@ -163,7 +164,12 @@ def _write_stack(
     tls: dict[str, object] | None = None,
     security: dict[str, object] | None = None,
 ) -> Path:
-    ports = {name: free_port_block(routers) for name in ("amqp", "amqps", "interRouter", "metrics")}
+    kinds = ("amqp", "amqps", "interRouter", "metrics")
+    # The compiler refuses a stack whose listeners share a port: the routers' blocks may
+    # not overlap each other nor the broker's (its other ports keep their defaults).
+    broker = Broker(name="broker-0", amqpsPort=broker_port)
+    taken = frozenset({broker.amqpsPort, broker.mqttsPort, broker.prometheusPort, broker.distPort})
+    ports = dict(zip(kinds, free_port_blocks(len(kinds), routers, taken), strict=True))
     model_names = []
     for model in models:
         copy = directory / model.name

@@ -65,6 +65,23 @@ def free_port_block(count: int, stride: int = 1, attempts: int = 500) -> int:
     raise RuntimeError(f"no block of {count} free ports {stride} apart after {attempts} tries")
 
 
+def free_port_blocks(
+    kinds: int, count: int, avoid: frozenset[int] = frozenset(), attempts: int = 500
+) -> list[int]:
+    """`kinds` bases of `count` consecutive bindable ports each, no two blocks sharing a
+    port (independent blocks may overlap: nothing is bound between the picks) and none
+    holding a port of `avoid`."""
+    bases: list[int] = []
+    for _ in range(attempts):
+        base = free_port_block(count)
+        block = range(base, base + count)
+        if all(abs(base - other) >= count for other in bases) and not avoid & set(block):
+            bases.append(base)
+            if len(bases) == kinds:
+                return bases
+    raise RuntimeError(f"no {kinds} disjoint blocks of {count} free ports after {attempts} tries")
+
+
 def port_is_listening(port: int, timeout: float = 0.5) -> bool:
     """True if something accepts TCP connections on 127.0.0.1:port."""
     with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=timeout):
