@@ -23,7 +23,7 @@ from tests.router.conftest import account
 from tests.support.mesh import ROOT, Mesh, wait_until
 from tests.support.migrate_ends import depth, stack_end
 from tests.support.rabbitmq import VHOST, RabbitMQBroker
-from tests.support.stack import brokered_mesh
+from tests.support.stack import broker_attached, brokered_mesh
 
 N = 500
 QUEUE = "iot.events"
@@ -118,6 +118,20 @@ def test_move_stored_refuses_when_target_lacks_the_queue(meshes: tuple[Mesh, Mes
         assert depth(source, "iot.commands") == 1  # nothing moved
     finally:
         broker.ctl("import_definitions", str(broker.definitions))
+        # RabbitMQ ended the target router's autoLink session when the queue went (not
+        # found), and enmesh-router does not attach autoLinks again until its broker
+        # connection is new (docs/router.md, "Limits"): restart it for the tests after.
+        for router in target.routers:
+            router.stop()
+            router.start()
+        wait_until(lambda: _attached(target), 30, "the target router's autoLinks")
+
+
+def _attached(mesh: Mesh) -> bool:
+    try:
+        return all(broker_attached(router.metrics()) for router in mesh.routers)
+    except OSError:  # its metrics listener is not up yet
+        return False
 
 
 MOVER = """

@@ -261,10 +261,10 @@ def _cgroup_pids(spec: SiteSpec, host: Host) -> list[int]:
     pids: set[int] = set()
     for root in (CGROUP_V1, CGROUP_V2):
         base = root / spec.cgroup(host)
-        if base.is_dir():
-            for procs in base.rglob("cgroup.procs"):
+        for folder, _, files in os.walk(base):  # a unit's cgroup may vanish mid-walk: skipped
+            if "cgroup.procs" in files:
                 try:
-                    pids.update(int(p) for p in procs.read_text().split())
+                    pids.update(int(p) for p in (Path(folder) / "cgroup.procs").read_text().split())
                 except OSError:
                     continue
     return sorted(pids)
