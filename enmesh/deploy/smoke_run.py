@@ -8,11 +8,14 @@ import time
 from collections.abc import Callable
 
 from enmesh.deploy.smoke import Skipped, SmokeCheck, Stack
-from enmesh.deploy.smoke_mqtt import mqtt_checks
 
 
 def run_smoke(stack: Stack, report: Callable[[str], None] = print) -> bool:
     """Run every check, reporting one line each; true if none failed."""
+    # Imported here: the smoke check runs on the deployer, whose venv has paho-mqtt; the
+    # hosts' venv (the enmesh wheel alone) imports this module through the CLI.
+    from enmesh.deploy.smoke_mqtt import mqtt_checks  # noqa: PLC0415
+
     ok = True
     for check in itertools.chain(SmokeCheck(stack).checks(), mqtt_checks(stack)):
         started = time.monotonic()
