@@ -243,8 +243,9 @@ class Console:
         *,
         values: dict[str, Any],
         errors: dict[str, list[str]],
+        **context: Any,
     ) -> Response:
-        """A create form, again with the model's messages next to their fields."""
+        """A form, again with the messages next to their fields (400 when there are some)."""
         return self.page(
             request,
             template,
@@ -254,6 +255,7 @@ class Console:
             values=values,
             errors=errors,
             general=errors.get(GENERAL, []),
+            **context,
         )
 
     async def new_address(self, request: Request, session: Session) -> Response:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 from pathlib import Path
 
 from enmesh.console.runtime import ChangeError, Changes
 from enmesh.control.apply import apply_stack
-from enmesh.deploy.secrets import ALPHABET, LENGTH
+from enmesh.deploy.secrets import new_secret_value
 
 log = logging.getLogger("enmesh.console")
 
@@ -37,7 +36,7 @@ def change_password(changes: Changes, space: str, username: str, chosen: str | N
     """Set `username@space`'s password (`chosen`, or a generated one) and apply; returns it."""
     with changes.lock:
         secret = _secret_of(changes, space, username)
-        password = chosen if chosen is not None else _generated()
+        password = chosen if chosen is not None else new_secret_value()
         before = secret.read_bytes() if secret.exists() else None
         _write(secret, password)
         try:
@@ -60,10 +59,6 @@ def _secret_of(changes: Changes, space: str, username: str) -> Path:
         raise ChangeError(f"no user {username!r} in {space!r}")
     ref = user.spec.authentication.passwordSecret
     return Path(changes.target().secrets_dir) / ref.name / ref.key
-
-
-def _generated() -> str:
-    return "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
 
 
 def _write(secret: Path, password: str) -> None:

@@ -141,15 +141,14 @@ class UserPages:
         *,
         errors: dict[str, list[str]],
     ) -> Response:
-        return self.console.page(
+        return self.console.form_page(
             request,
             "user_password.html",
-            400 if errors else 200,
-            session=session,
-            tenant=tenant,
-            username=username,
+            session,
+            tenant,
+            values={},
             errors=errors,
-            general=errors.get(GENERAL, []),
+            username=username,
         )
 
     def _shown_once(

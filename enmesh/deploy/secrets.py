@@ -16,6 +16,10 @@ ALPHABET = string.ascii_letters + string.digits
 LENGTH = 32
 
 
+def new_secret_value() -> str:
+    return "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
+
+
 def ensure_secrets(deploy_json: Path, directory: Path) -> list[str]:
     """Create every secret `deploy.json` references that `directory` lacks; returns them."""
     deployment = json.loads(deploy_json.read_text(encoding="utf-8"))
@@ -25,7 +29,7 @@ def ensure_secrets(deploy_json: Path, directory: Path) -> list[str]:
         if path.exists():
             continue
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        value = "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
+        value = new_secret_value()
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(value + "\n")

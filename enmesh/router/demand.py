@@ -38,15 +38,16 @@ if TYPE_CHECKING:
 PHASE_MARK = "@"
 
 
+def split_phase(key: str) -> tuple[str, int | None]:
+    """A routing key's address and waypoint phase (`<address>@<phase>`; None: no phase)."""
+    address, mark, phase = key.rpartition(PHASE_MARK)
+    return (address, int(phase)) if mark and phase.isdigit() else (key, None)
+
+
 def is_stored(router: Router, key: str) -> bool:
     """Is `key` a waypoint phase after the broker (`<address>@<phase>`, phase > 0)?"""
-    address, mark, phase = key.rpartition(PHASE_MARK)
-    return (
-        bool(mark)
-        and phase.isdigit()
-        and int(phase) > 0
-        and router.routing.semantics(address).waypoint
-    )
+    address, phase = split_phase(key)
+    return phase is not None and phase > 0 and router.routing.semantics(address).waypoint
 
 
 def demand_of(router: Router, inbound: InLink) -> Callable[[], int]:

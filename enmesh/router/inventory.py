@@ -14,7 +14,7 @@ from proton import SASL
 
 from enmesh import __version__
 from enmesh.router import inventory_config, tally
-from enmesh.router.demand import PHASE_MARK
+from enmesh.router.demand import split_phase
 
 if TYPE_CHECKING:
     from enmesh.router.connecting import ConnectionInfo
@@ -245,8 +245,8 @@ def hash_key(key: str) -> str:
     """qdrouterd's name for an address: its hash key, class and phase before the address
     (`M0iot/telemetry`, a waypoint's `M1iot/commands`; `L$management` local). qdstat
     reads the class from the first character and the phase from the second."""
-    address, mark, phase = key.rpartition(PHASE_MARK)
-    if mark and phase.isdigit():
+    address, phase = split_phase(key)
+    if phase is not None:
         return f"M{phase}{address}"
     return f"L{key}" if key.startswith("$") else f"M0{key}"
 

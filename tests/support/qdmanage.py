@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from proton import Message
 from proton.utils import SyncRequestResponse
@@ -34,26 +34,38 @@ class Reply:
     body: Any
 
 
-class Qdmanage:
+class _Client:
+    """A blocking connection to a router, closed on leaving a `with` block."""
+
+    def __init__(self, account: Account) -> None:
+        self.connection = account.blocking()
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _reply(response: Message) -> Reply:
+    status: dict[str, Any] = response.properties or {}
+    return Reply(int(status["statusCode"]), str(status["statusDescription"]), response.body)
+
+
+class Qdmanage(_Client):
     """One connection to a router's `$management`, a reply receiver, requests in turn."""
 
     _correlation = itertools.count(1)
 
     def __init__(self, account: Account) -> None:
+        super().__init__(account)
         self.url = account.url
-        self.connection = account.blocking()
         self.replies = self.connection.create_receiver(None, dynamic=True)
         self.reply_to = self.replies.link.remote_source.address
         self.sender = self.connection.create_sender("$management")
-
-    def close(self) -> None:
-        self.connection.close()
-
-    def __enter__(self) -> Qdmanage:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
     def message(self, body: Any = None, **properties: Any) -> Message:
         """Node.request: address, reply_to, correlation_id, clean properties, body or {}."""
@@ -70,12 +82,7 @@ class Qdmanage:
         while True:
             response = self.replies.receive(timeout=15)  # the router sends replies settled
             if response.correlation_id == request.correlation_id:
-                properties: dict[str, Any] = response.properties or {}
-                return Reply(
-                    int(properties["statusCode"]),
-                    str(properties["statusDescription"]),
-                    response.body,
-                )
+                return _reply(response)
 
     # qdmanage's operations, as Node builds their requests
     def create(self, attributes: dict[str, Any], type: str, name: str | None = None) -> Reply:
@@ -146,7 +153,7 @@ def add_administrator(mesh: Mesh) -> Account:
     return Account(mesh.url(0), ADMINISTRATOR, mesh.passwords[ADMINISTRATOR], "localhost", mesh.ca)
 
 
-class Qdstat:
+class Qdstat(_Client):
     """qdstat's requests (tools/qdstat's BusManager over Node in qpid-dispatch 1.19): proton's
     SyncRequestResponse on `$management` (no `to`, string correlation ids "1", "2", ...);
     every request is to the node itself, properties `name`, `type`, `operation`, then its own.
@@ -155,25 +162,14 @@ class Qdstat:
     PAGE = 500  # Node.query's MAX_ALLOWED_COUNT_PER_REQUEST
 
     def __init__(self, account: Account) -> None:
-        self.connection = account.blocking()
+        super().__init__(account)
         self.client = SyncRequestResponse(self.connection, "$management")
-
-    def close(self) -> None:
-        self.connection.close()
-
-    def __enter__(self) -> Qdstat:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
     def node_request(self, body: Any = None, **properties: Any) -> Reply:
         request = Message(
             properties=_clean({"name": "self", "type": NODE_TYPE, **properties}), body=body or {}
         )
-        response = self.client.call(request)
-        status: dict[str, Any] = response.properties or {}
-        return Reply(int(status["statusCode"]), str(status["statusDescription"]), response.body)
+        return _reply(self.client.call(request))
 
     def get_mgmt_nodes(self) -> Reply:
         return self.node_request(operation="GET-MGMT-NODES", entityType=None)
