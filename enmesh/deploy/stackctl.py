@@ -29,6 +29,17 @@ from enmesh.deploy.smoke import Access, Stack
 from enmesh.deploy.smoke_run import run_smoke
 
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
+# Ansible colours the recap when told to (molecule sets ANSIBLE_FORCE_COLOR for the
+# verifier's environment too): the counts are read with the colour codes removed.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def recap_counts(line: str) -> tuple[int, bool] | None:
+    """A PLAY RECAP host line's changes and whether the host failed; None for other lines."""
+    match = RECAP.match(ANSI_ESCAPE.sub("", line))
+    if match is None:
+        return None
+    return int(match[3]), int(match[4]) > 0 or int(match[5]) > 0
 
 
 class StackError(Exception):
@@ -76,10 +87,10 @@ class Project:
             assert process.stdout is not None
             for line in process.stdout:
                 sys.stdout.write(line)
-                match = RECAP.match(line)
-                if match:
-                    changed += int(match[3])
-                    failed |= int(match[4]) > 0 or int(match[5]) > 0
+                counts = recap_counts(line)
+                if counts:
+                    changed += counts[0]
+                    failed |= counts[1]
         if process.returncode != 0 or failed:
             raise StackError(f"{name} failed (exit {process.returncode}); see the task above")
         return changed
