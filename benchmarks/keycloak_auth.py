@@ -1,15 +1,20 @@
 """Keycloak in the authentication path: its start time and memory, and the rate and
 latency of authenticated connection set-up through enmesh-router -> enmesh-auth ->
 Keycloak (password grant). Target (issue 26): >= 200 authenticated connections/s per
-router. Writes benchmarks/results/keycloak_auth.json.
+router. Three ways in, interleaved round by round (medians): enmesh-auth asking Keycloak
+for a password grant on every connection, enmesh-auth remembering logins (a grant once,
+then admin-API lookups; enmesh.auth.verdicts), and a router checking its own sasldb.
+Writes benchmarks/results/keycloak_auth.json.
 
-    .venv/bin/python benchmarks/keycloak_auth.py [--connections 100] [--parallel 8]
+    .venv/bin/python benchmarks/keycloak_auth.py [--connections 60] [--parallel 8] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -17,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,7 @@ from proton.utils import BlockingConnection  # noqa: E402
 from enmesh.auth.realm import realm_json  # noqa: E402
 from enmesh.model.model import load_model  # noqa: E402
 from tests.auth.conftest import (  # noqa: E402
+    LOOKUP_SECRET,
     MODEL,
     PASSWORDS,
     ROUTER_BIN,
@@ -36,9 +43,9 @@ from tests.auth.conftest import (  # noqa: E402
     router_config,
 )
 from tests.router.conftest import account  # noqa: E402
-from tests.support.keycloak import start_keycloak  # noqa: E402
+from tests.support.keycloak import Keycloak, start_keycloak  # noqa: E402
 from tests.support.mesh import build_mesh, wait_until  # noqa: E402
-from tests.support.pki import make_pki  # noqa: E402
+from tests.support.pki import Pki, make_pki  # noqa: E402
 from tests.support.ports import free_port, port_is_listening  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "keycloak_auth.json"
@@ -73,8 +80,9 @@ def rate(port: int, count: int, parallel: int, connect: Any = connect_once) -> d
     }
 
 
-def sasldb(count: int, parallel: int) -> dict[str, dict[str, float]]:
-    """The same measure against a router checking its Cyrus sasldb (SCRAM-SHA-256)."""
+@contextlib.contextmanager
+def sasldb_router() -> Iterator[Callable[[int], float]]:
+    """A router checking its Cyrus sasldb (SCRAM-SHA-256): the same measure's baseline."""
     work = Path(tempfile.mkdtemp(prefix="enmesh-sasldb-bench-"))
     mesh = build_mesh(work, routers=1)
     mesh.start()
@@ -86,58 +94,78 @@ def sasldb(count: int, parallel: int) -> dict[str, dict[str, float]]:
             user.blocking(timeout=30).close()
             return time.monotonic() - started
 
-        connect(0)
-        return {
-            "sequential": rate(0, count, 1, connect),
-            "concurrent": rate(0, count, parallel, connect),
-        }
+        yield connect
     finally:
         mesh.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
+def keycloak_router(
+    work: Path, keycloak: Keycloak, pki: Pki, remember: bool, processes: list[Any]
+) -> int:
+    """enmesh-auth (remembering logins or not) and a router in front of it; its port."""
+    directory = work / ("remembering" if remember else "grant-each-time")
+    directory.mkdir()
+    auth, auth_port = auth_service_process(keycloak, pki, directory / "enmesh-auth.log", remember)
+    processes.append(auth)
+    ports = (free_port(), free_port(), free_port(), free_port())
+    config = router_config(directory, pki, auth_port, ports)
+    with (directory / "router.log").open("w") as log:
+        processes.append(
+            subprocess.Popen(
+                [str(ROUTER_BIN), "--config", str(config)], stdout=log, stderr=log, text=True
+            )
+        )
+    wait_until(lambda: port_is_listening(ports[0]), 20, "the router")
+    connect_once(ports[0])  # warm-up: Keycloak compiles its login path on first use
+    return ports[0]
+
+
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--connections", type=int, default=100)
+    parser.add_argument("--connections", type=int, default=60)
     parser.add_argument("--parallel", type=int, default=8)
-    parser.add_argument("--sasldb-only", action="store_true", help="only the sasldb side")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
     args = parser.parse_args()
-    if args.sasldb_only:
-        figures = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        figures["sasldb"] = sasldb(args.connections, args.parallel)
-        print(json.dumps(figures["sasldb"], indent=2))
-        RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
-        return
     work = Path(tempfile.mkdtemp(prefix="enmesh-kc-bench-"))
     pki = make_pki(work / "pki", ["keycloak", "auth", "router"], key_type="rsa")
     keycloak = start_keycloak(work, pki.cert("keycloak"), pki.key("keycloak"), pki.ca_cert)
     processes: list[subprocess.Popen[str]] = []
     try:
         rss_started = keycloak.rss_kib()
-        keycloak.admin("POST", "", json.loads(realm_json(load_model([MODEL]), PASSWORDS)))
-        auth, auth_port = auth_service_process(keycloak, pki, work / "enmesh-auth.log")
-        processes.append(auth)
-        ports = (free_port(), free_port(), free_port())
-        config = router_config(work, pki, auth_port, ports)
-        with (work / "router.log").open("w") as log:
-            processes.append(
-                subprocess.Popen(
-                    [str(ROUTER_BIN), "--config", str(config)], stdout=log, stderr=log, text=True
-                )
-            )
-        wait_until(lambda: port_is_listening(ports[0]), 20, "the router")
-        connect_once(ports[0])  # warm-up: Keycloak compiles its login path on first use
-        sequential = rate(ports[0], args.connections, 1)
-        concurrent = rate(ports[0], args.connections, args.parallel)
-        figures = {
+        realm = realm_json(load_model([MODEL]), PASSWORDS, LOOKUP_SECRET)
+        keycloak.admin("POST", "", json.loads(realm))
+        ports = {
+            "grant_each_time": keycloak_router(work, keycloak, pki, False, processes),
+            "remembered": keycloak_router(work, keycloak, pki, True, processes),
+        }
+        with sasldb_router() as sasldb_connect:
+            sasldb_connect(0)
+            runs: dict[str, dict[str, list[dict[str, float]]]] = {}
+            for _ in range(args.rounds):  # interleaved: each variant once per round
+                for name, port in [*ports.items(), ("sasldb", 0)]:
+                    connect = sasldb_connect if name == "sasldb" else connect_once
+                    variant = runs.setdefault(name, {"sequential": [], "concurrent": []})
+                    variant["sequential"].append(rate(port, args.connections, 1, connect))
+                    variant["concurrent"].append(
+                        rate(port, args.connections, args.parallel, connect)
+                    )
+        figures: dict[str, Any] = {
             "keycloak_version": keycloak.home.name,
             "keycloak_start_s": round(keycloak.started_in, 1),
             "keycloak_rss_mb_started": round(rss_started / 1024),
             "keycloak_rss_mb_after": round(keycloak.rss_kib() / 1024),
-            "sequential": sequential,
-            "concurrent": concurrent,
+            "rounds": args.rounds,
+            **{
+                name: {shape: median_of(values) for shape, values in variant.items()}
+                for name, variant in runs.items()
+            },
             "target_per_s": TARGET_PER_S,
-            "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores",
+            "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
         }
     finally:
         for process in processes:

@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 from enmesh.auth.keycloak import KeycloakSettings, PasswordCheck
+from enmesh.auth.lookup import LOOKUP_CLIENT, UserLookup
 from enmesh.auth.service import AuthService
+from enmesh.auth.verdicts import DEFAULT_MAX_AGE_SECONDS, Check, RememberingCheck
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,6 +30,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--client-id", default="enmesh-auth", help="realm client with direct grants")
     p.add_argument("--client-secret-file", type=Path, help="file holding that client's secret")
     p.add_argument("--keycloak-ca", type=Path, help="CA certificate Keycloak's TLS chains to")
+    p.add_argument(
+        "--lookup-secret-file",
+        type=Path,
+        help="secret of the service-account client that reads users' state; with it, "
+        "a password Keycloak accepted is accepted again while the user is unchanged",
+    )
+    p.add_argument("--lookup-client-id", default=LOOKUP_CLIENT, help="that client's id")
+    p.add_argument(
+        "--remember-seconds",
+        type=float,
+        default=DEFAULT_MAX_AGE_SECONDS,
+        help="how long a remembered login stands before a password grant is asked again",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -48,8 +63,18 @@ def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
+def _check(args: argparse.Namespace) -> Check:
+    settings = _settings(args)
+    grant = PasswordCheck(settings)
+    if not args.lookup_secret_file:
+        return grant
+    secret = args.lookup_secret_file.read_text().strip()
+    lookup = UserLookup(settings, args.lookup_client_id, secret)
+    return RememberingCheck(grant, lookup, max_age=args.remember_seconds)
+
+
 async def _run(args: argparse.Namespace) -> None:
-    service = AuthService(PasswordCheck(_settings(args)))
+    service = AuthService(_check(args))
     server = await asyncio.start_server(service.serve, args.host, args.port, ssl=_tls(args))
     host, port = server.sockets[0].getsockname()[:2]
     print(f"enmesh-auth listening on {host}:{port}", flush=True)  # readiness, for supervisors
@@ -67,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         asyncio.run(_run(args))
-    except (OSError, ssl.SSLError) as exc:
+    except (OSError, ssl.SSLError, ValueError) as exc:
         print(f"enmesh-auth: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from enmesh.auth.lookup import LOOKUP_CLIENT
 from enmesh.compile.auth import sasl_identity
 from enmesh.model import MessagingUser, Model, Operation
 
@@ -19,6 +20,9 @@ REALM = "enmesh"
 # The client enmesh-auth checks passwords with (password grant) and whose access tokens
 # carry the user's groups as full paths (`/<space>/send_<pattern>`).
 AUTH_CLIENT = "enmesh-auth"
+# The service account enmesh-auth reads users' state with (enmesh.auth.lookup): the
+# realm-management role view-users and nothing else.
+LOOKUP_ROLES = {"realm-management": ["view-users"]}
 
 
 def _permissions(model: Model) -> dict[str, set[str]]:
@@ -40,8 +44,12 @@ def _user_groups(user: MessagingUser) -> list[str]:
     return sorted(names)
 
 
-def realm_json(model: Model, passwords: Mapping[str, str]) -> str:
-    """Realm export JSON; `passwords` maps a user's Secret name to its password."""
+def realm_json(model: Model, passwords: Mapping[str, str], lookup_secret: str | None = None) -> str:
+    """Realm export JSON; `passwords` maps a user's Secret name to its password.
+
+    With `lookup_secret`, the realm also has the confidential client `enmesh-auth-lookup`
+    (that secret) whose service account enmesh-auth remembers logins with.
+    """
     groups = _permissions(model)
     users = []
     for tenant in model.tenants:
@@ -68,7 +76,7 @@ def realm_json(model: Model, passwords: Mapping[str, str]) -> str:
             {"name": space, "subGroups": [{"name": g} for g in sorted(subgroups)]}
             for space, subgroups in sorted(groups.items())
         ],
-        "clients": [_auth_client()],
+        "clients": [_auth_client(), *([_lookup_client(lookup_secret)] if lookup_secret else [])],
         # Messaging users have no e-mail or names: Keycloak's profile check would hold
         # every login ("Account is not fully set up").
         "requiredActions": [
@@ -82,7 +90,10 @@ def realm_json(model: Model, passwords: Mapping[str, str]) -> str:
                 "config": {},
             }
         ],
-        "users": sorted(users, key=lambda u: str(u["username"])),
+        "users": sorted(
+            [*users, *([_lookup_account()] if lookup_secret else [])],
+            key=lambda u: str(u["username"]),
+        ),
     }
     return json.dumps(realm, indent=2, sort_keys=True) + "\n"
 
@@ -107,4 +118,26 @@ def _auth_client() -> dict[str, object]:
         "directAccessGrantsEnabled": True,
         "standardFlowEnabled": False,
         "protocolMappers": [mapper],
+    }
+
+
+def _lookup_client(secret: str) -> dict[str, object]:
+    return {
+        "clientId": LOOKUP_CLIENT,
+        "enabled": True,
+        "publicClient": False,
+        "clientAuthenticatorType": "client-secret",
+        "secret": secret,
+        "serviceAccountsEnabled": True,
+        "standardFlowEnabled": False,
+        "directAccessGrantsEnabled": False,
+    }
+
+
+def _lookup_account() -> dict[str, object]:
+    return {
+        "username": f"service-account-{LOOKUP_CLIENT}",
+        "enabled": True,
+        "serviceAccountClientId": LOOKUP_CLIENT,
+        "clientRoles": LOOKUP_ROLES,
     }

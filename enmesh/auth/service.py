@@ -25,7 +25,8 @@ from proton import symbol, ubyte, uint
 from enmesh.auth import frames
 from enmesh.auth.authz import address_authz
 from enmesh.auth.frames import Frame, FrameError, FrameReader
-from enmesh.auth.keycloak import PasswordCheck, Verdict
+from enmesh.auth.keycloak import Verdict
+from enmesh.auth.verdicts import Check
 
 log = logging.getLogger("enmesh.auth")
 MECHANISMS = ("PLAIN",)
@@ -90,7 +91,7 @@ class _Peer:
 
 
 class AuthService:
-    def __init__(self, check: PasswordCheck) -> None:
+    def __init__(self, check: Check) -> None:
         self.check = check
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from tests.support.ports import free_port, port_is_listening
 
 MODEL = Path(__file__).parents[1] / "fixtures" / "keycloak.model.yml"
 PASSWORDS = {"shop-alice": "alice-secret", "shop-bob": "bob-secret", "lab-carol": "carol-secret"}
+# The secret of enmesh-auth's service-account client (remembered logins).
+LOOKUP_SECRET = secrets.token_urlsafe(24)
 ROUTER_BIN = Path(sys.executable).parent / "enmesh-router"
 
 
@@ -56,7 +59,7 @@ def keycloak(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Key
     server = start_keycloak(state, pki.cert("keycloak"), pki.key("keycloak"), pki.ca_cert)
     try:
         model = load_model([MODEL])
-        server.admin("POST", "", json.loads(realm_json(model, PASSWORDS)))
+        server.admin("POST", "", json.loads(realm_json(model, PASSWORDS, LOOKUP_SECRET)))
         yield server
     finally:
         server.stop()
@@ -64,8 +67,14 @@ def keycloak(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Key
 
 
 def auth_service_process(
-    keycloak: Keycloak, pki: Pki, log: Path
+    keycloak: Keycloak, pki: Pki, log: Path, remember: bool = True
 ) -> tuple[subprocess.Popen[str], int]:
+    """enmesh-auth in front of `keycloak`; `remember`: with its service account."""
+    lookup: list[str] = []
+    if remember:
+        secret_file = log.with_name("lookup-secret")
+        secret_file.write_text(LOOKUP_SECRET)
+        lookup = ["--lookup-secret-file", str(secret_file)]
     process = subprocess.Popen(
         [
             sys.executable,
@@ -81,6 +90,7 @@ def auth_service_process(
             keycloak.url,
             "--keycloak-ca",
             str(pki.ca_cert),
+            *lookup,
         ],
         stdout=subprocess.PIPE,
         stderr=log.open("w"),

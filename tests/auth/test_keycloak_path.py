@@ -149,6 +149,57 @@ def test_keycloak_user_changes_need_no_router_change(stack: AuthStack) -> None:
     first.close()
 
 
+def _new_user(stack: AuthStack, name: str, password: str, *groups: str) -> dict[str, Any]:
+    """A user created in Keycloak only, in `groups` (subgroups of /shop)."""
+    keycloak = stack.keycloak
+    (shop,) = keycloak.admin("GET", "/enmesh/groups?exact=true&search=shop")
+    sub = {
+        g["name"]: g["id"] for g in keycloak.admin("GET", f"/enmesh/groups/{shop['id']}/children")
+    }
+    credential = {"type": "password", "value": password, "temporary": False}
+    body = {"username": name, "enabled": True, "credentials": [credential]}
+    keycloak.admin("POST", "/enmesh/users", body)
+    (user,) = keycloak.admin("GET", f"/enmesh/users?exact=true&username={name}")
+    for group in groups:
+        keycloak.admin("PUT", f"/enmesh/users/{user['id']}/groups/{sub[group]}")
+    return {**user, "group_ids": sub}
+
+
+def _keycloak_sessions(stack: AuthStack, user: dict[str, Any]) -> int:
+    """Keycloak's sessions of a user: one per password grant it made."""
+    return len(stack.keycloak.admin("GET", f"/enmesh/users/{user['id']}/sessions"))
+
+
+def test_a_repeated_login_costs_keycloak_one_password_grant(stack: AuthStack) -> None:
+    erin = _new_user(stack, "erin@shop", "erin-secret", "send_orders")
+    for _ in range(3):
+        connection = connect(stack, "erin@shop", "erin-secret", "shop")
+        assert may(connection, "orders", receive=False)
+        connection.close()
+    assert _keycloak_sessions(stack, erin) == 1
+    assert "unauthorized" in refusal(stack, "erin@shop", "not-erins", "shop")
+
+
+def test_a_remembered_login_follows_password_and_group_changes(stack: AuthStack) -> None:
+    frank = _new_user(stack, "frank@shop", "frank-secret", "send_orders")
+    connect(stack, "frank@shop", "frank-secret", "shop").close()  # remembered from here
+
+    keycloak, user_path = stack.keycloak, f"/enmesh/users/{frank['id']}"
+    send_orders = frank["group_ids"]["send_orders"]
+    keycloak.admin("DELETE", f"{user_path}/groups/{send_orders}")
+    connection = connect(stack, "frank@shop", "frank-secret", "shop")
+    assert not may(connection, "orders", receive=False)  # the group left counts at once
+    connection.close()
+
+    new_password = {"type": "password", "value": "frank-new", "temporary": False}
+    keycloak.admin("PUT", f"{user_path}/reset-password", new_password)
+    assert "unauthorized" in refusal(stack, "frank@shop", "frank-secret", "shop")
+    connect(stack, "frank@shop", "frank-new", "shop").close()
+
+    keycloak.admin("DELETE", user_path)
+    assert "unauthorized" in refusal(stack, "frank@shop", "frank-new", "shop")
+
+
 def test_auth_service_down_refuses_new_connections(stack: AuthStack) -> None:
     assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop", stack.dead_port)
     assert "auth service" in stack.router_log.read_text()

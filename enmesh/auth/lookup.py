@@ -1,0 +1,154 @@
+"""Reading a user's current state from Keycloak's admin API, as a service account.
+
+What a remembered login must still hold before it is trusted again (enmesh.auth.verdicts):
+the user exists with the same id, is enabled, has no required action, has the same
+password credential (its id and creation time change when the password is set or reset),
+and which groups it is in now. Three GETs, no password hashing: a few milliseconds in
+Keycloak against the hundreds a password grant costs (PBKDF2 at Keycloak's default
+iterations, then a signed token).
+
+The service account is the realm's confidential client `enmesh-auth-lookup` with the
+`realm-management` role `view-users` only (enmesh.auth.realm). Its token comes from the
+client-credentials grant and is reused until shortly before it expires. One HTTPS
+connection per worker thread is kept open (http.client), so a lookup costs no TLS
+handshake.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from enmesh.auth.keycloak import KeycloakSettings
+
+LOOKUP_CLIENT = "enmesh-auth-lookup"
+TOKEN_MARGIN_SECONDS = 30.0  # a token this close to expiry is renewed first
+
+
+class AdminApiError(Exception):
+    """Keycloak's admin API could not answer; the caller falls back to a password grant."""
+
+
+@dataclass(frozen=True)
+class UserState:
+    user_id: str
+    usable: bool  # enabled, and no required action would hold a login
+    password_stamp: tuple[tuple[str, int], ...]  # (credential id, created) of its passwords
+    groups: tuple[str, ...]  # full paths, as the token's `groups` claim has them
+
+
+class UserLookup:
+    def __init__(self, settings: KeycloakSettings, client_id: str, client_secret: str) -> None:
+        self.settings = settings
+        self.client_id, self.client_secret = client_id, client_secret
+        parts = urllib.parse.urlsplit(settings.url)
+        if parts.scheme != "https" or not parts.hostname:
+            raise ValueError(f"Keycloak URL {settings.url!r}: the admin API is read over https")
+        self._host, self._port = parts.hostname, parts.port or 443
+        self._base = parts.path.rstrip("/")
+        self._tls = ssl.create_default_context(cafile=settings.ca_file)
+        self._local = threading.local()
+        self._token_lock = threading.Lock()
+        self._token: tuple[str, float] | None = None  # (access token, monotonic expiry)
+
+    def state(self, username: str) -> UserState | None:
+        """The user's state now, or None if Keycloak has no such user."""
+        realm = f"/admin/realms/{urllib.parse.quote(self.settings.realm, safe='')}"
+        query = urllib.parse.urlencode(
+            {"username": username, "exact": "true", "briefRepresentation": "false"}
+        )
+        found = [u for u in self._get(f"{realm}/users?{query}") if u.get("username") == username]
+        if not found:
+            return None
+        user = found[0]
+        user_id = str(user["id"])
+        quoted = urllib.parse.quote(user_id, safe="")
+        credentials = self._get(f"{realm}/users/{quoted}/credentials")
+        groups = self._get(f"{realm}/users/{quoted}/groups?briefRepresentation=true&max=1000")
+        stamp = sorted(
+            (str(c.get("id")), int(c.get("createdDate") or 0))
+            for c in credentials
+            if c.get("type") == "password"
+        )
+        return UserState(
+            user_id=user_id,
+            usable=bool(user.get("enabled")) and not user.get("requiredActions"),
+            password_stamp=tuple(stamp),
+            groups=tuple(sorted(str(g["path"]) for g in groups)),
+        )
+
+    # --- HTTP ------------------------------------------------------------------------------
+
+    def _get(self, path: str) -> Any:
+        status, body = self._request("GET", path, {"Authorization": f"Bearer {self._bearer()}"})
+        if status == 401:  # revoked or expired early: one more try with a new token
+            self._token = None
+            status, body = self._request("GET", path, {"Authorization": f"Bearer {self._bearer()}"})
+        if status != 200:
+            raise AdminApiError(f"Keycloak admin API answered HTTP {status} to GET {path}")
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise AdminApiError(f"Keycloak admin API: GET {path} is not JSON: {exc}") from exc
+
+    def _bearer(self) -> str:
+        with self._token_lock:
+            if self._token is not None and time.monotonic() < self._token[1]:
+                return self._token[0]
+            realm = urllib.parse.quote(self.settings.realm, safe="")
+            form = urllib.parse.urlencode(
+                {
+                    "grant_type": "client_credentials",
+                    "client_id": self.client_id,
+                    "client_secret": self.client_secret,
+                }
+            )
+            status, body = self._request(
+                "POST",
+                f"/realms/{realm}/protocol/openid-connect/token",
+                {"Content-Type": "application/x-www-form-urlencoded"},
+                form.encode(),
+            )
+            if status != 200:
+                raise AdminApiError(
+                    f"Keycloak refused client {self.client_id!r} a token (HTTP {status})"
+                )
+            try:
+                answer = json.loads(body)
+                token, lifetime = str(answer["access_token"]), float(answer["expires_in"])
+            except (ValueError, KeyError) as exc:
+                raise AdminApiError(f"Keycloak's token answer is not usable: {exc}") from exc
+            self._token = (token, time.monotonic() + lifetime - TOKEN_MARGIN_SECONDS)
+            return token
+
+    def _request(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        """One request on this thread's kept-open connection (reopened once if it broke)."""
+        for attempt in (1, 2):
+            connection = self._connection()
+            try:
+                connection.request(method, self._base + path, body=body, headers=headers)
+                response = connection.getresponse()
+                return response.status, response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                connection.close()
+                self._local.connection = None
+                if attempt == 2:
+                    raise AdminApiError(f"Keycloak at {self.settings.url}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        connection: http.client.HTTPSConnection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPSConnection(
+                self._host, self._port, timeout=self.settings.timeout, context=self._tls
+            )
+            self._local.connection = connection
+        return connection
