@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import TYPE_CHECKING, Any, cast
 
 from proton import Condition, Endpoint, Link, Receiver, Sender
@@ -31,6 +32,12 @@ NO_ROUTE = "qd:no-route-to-dest"
 # Inter-router links of a link route: `_mesh/route/<router with the broker>/<address>`.
 ROUTE_PREFIX = "_mesh/route/"
 BROKER_DETACH_GRACE_SECONDS = 1.0
+# autoLinks whose session the broker ended are attached again on a new session after a
+# delay doubling from the first to the last figure while the broker keeps ending them
+# (a queue still missing), back to the first once a session has lasted a minute.
+REATTACH_FIRST_SECONDS = 1.0
+REATTACH_MAX_SECONDS = 30.0
+REATTACH_CALM_SECONDS = 60.0
 
 
 class PairedInLink(InLink):
@@ -111,6 +118,26 @@ class BrokerLinks:
             inbound = InLink(receiver, key, capacity, self.router.routing.route)
             inbound.modified_as_released = True
             self.router.routing.add_source(inbound)
+
+    def reattach_later(self, conn: ProtonSocket, name: str, autos: list[AutoLink]) -> None:
+        """The broker ended the session these autoLinks were on: attach them again soon."""
+        now = time.monotonic()
+        last_loss: float | None = conn.context.get("session_lost_at")
+        delay: float = conn.context.get("reattach_delay", REATTACH_FIRST_SECONDS)
+        if last_loss is None or now - last_loss > REATTACH_CALM_SECONDS:
+            delay = REATTACH_FIRST_SECONDS
+        conn.context["session_lost_at"] = now
+        conn.context["reattach_delay"] = min(delay * 2, REATTACH_MAX_SECONDS)
+        log.info("broker %s: attaching %d autoLinks again in %.0f s", name, len(autos), delay)
+        self.router.loop.call_later(delay, functools.partial(self._reattach, conn, name, autos))
+
+    def _reattach(self, conn: ProtonSocket, name: str, autos: list[AutoLink]) -> None:
+        if conn.closed or self.brokers.get(name) is not conn:
+            return  # the next connection to this broker attaches every autoLink anyway
+        configured = self.router.config.auto_links
+        for auto in autos:
+            if auto in configured:  # not taken out by a reload meanwhile
+                self._attach_auto_link(conn, auto)
 
     def broker_down(self, name: str, conn: ProtonSocket) -> None:
         if self.brokers.get(name) is conn:  # a newer connection may already serve it

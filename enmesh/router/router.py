@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from proton import Endpoint, Event, Session
+from proton import Endpoint, Event, Link, Session
 
 from enmesh.router import endpoints, peerinput, security, session_window, streaming, tally
 from enmesh.router.admission import Admission, AdmissionSettings
@@ -278,8 +278,30 @@ class Router:
     _on_link_local_detach = _on_link_local_close
 
     def _on_session_remote_close(self, conn: ProtonSocket, event: Event) -> None:
-        if _session(event).state & Endpoint.LOCAL_ACTIVE:
-            _session(event).close()
+        session = _session(event)
+        # Ending a session detaches its links with no detach of their own (AMQP 1.0 2.5.5):
+        # they leave the routing tables as if their connection had gone. RabbitMQ ends the
+        # router's session when a queue one of its links consumes from is deleted.
+        lost = [link for link in _links(conn) if link.session == session]
+        auto_links = [a for a in (getattr(x, "enmesh_auto_link", None) for x in lost) if a]
+        self._forget_links(lost)
+        if conn.context.get("session") == session:
+            del conn.context["session"]  # the router's next links go on a new session
+        if session.state & Endpoint.LOCAL_ACTIVE:
+            session.close()
+        info: ConnectionInfo = conn.context["info"]
+        if lost:
+            condition = session.remote_condition
+            log.warning(
+                "connection %s (%s %s) ended a session with %d links%s",
+                conn.peer,
+                info.role,
+                info.name,
+                len(lost),
+                f": {condition.name}: {condition.description}" if condition else "",
+            )
+        if info.role == ROUTE_CONTAINER and auto_links:
+            self.link_routes.reattach_later(conn, info.name, auto_links)
 
     def _on_connection_remote_close(self, conn: ProtonSocket, event: Event) -> None:
         if _connection(event).state & Endpoint.LOCAL_ACTIVE:
@@ -306,15 +328,7 @@ class Router:
             relay.abandon()  # its link to the auth service, if still open
         self.admission.closed(conn, info.identity)
         self.connections.pop(info.identity, None)
-        links = []
-        link = conn.connection.link_head(0)
-        while link is not None:
-            links.append(link)
-            self.routing.forget_link(link)
-            self.link_routes.on_connection_lost(link)
-            link = link.next(0)
-        for link in links:
-            endpoints.forget_attributes(link)
+        self._forget_links(_links(conn))
         if info.counted_vhost is not None:
             self.vhost_connections[info.counted_vhost] -= 1
         if info.neighbour is not None and self.neighbours.get(info.neighbour) is conn:
@@ -326,5 +340,23 @@ class Router:
         if state is not None and state.socket is conn:
             self.connecting.retry(state)
 
+    def _forget_links(self, links: list[Link]) -> None:
+        """Links gone without a detach (their session or connection ended): out of routing,
+        their routed partners detached, the router's objects dropped from them."""
+        for link in links:
+            self.routing.forget_link(link)
+            self.link_routes.on_connection_lost(link)
+        for link in links:
+            endpoints.forget_attributes(link)
+
     def listener_named(self, name: str) -> Listener | None:
         return next((x for x in self.config.listeners if listener_name(x) == name), None)
+
+
+def _links(conn: ProtonSocket) -> list[Link]:
+    links: list[Link] = []
+    link = conn.connection.link_head(0)
+    while link is not None:
+        links.append(link)
+        link = link.next(0)
+    return links
