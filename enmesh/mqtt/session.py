@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("enmesh.mqtt.session")
 
-RECEIVE_MAXIMUM = 100  # QoS 1 publishes a 5.0 client may have unacknowledged
+RECEIVE_MAXIMUM = 100  # QoS 1 and 2 publishes a 5.0 client may have unacknowledged
 WRITE_BACKLOG = 256 * 1024  # bytes queued to a device before its subscriptions stop taking
 _ids = itertools.count(1)
 
@@ -70,7 +70,13 @@ class Session:
         self.held: deque[Packet] = deque()  # decoded, not yet handled (see _run_held)
         self.subscriptions: dict[str, int] = {}  # address -> granted QoS
         self.subacks: list[_SubAck] = []
-        self.to_device: dict[int, Delivery | None] = {}  # packet id -> mesh delivery (QoS 1)
+        self.to_device: dict[int, Delivery | None] = {}  # packet id -> mesh delivery (QoS 1/2)
+        # QoS 2 (MQTT 4.3.3): the device's publishes the mesh has not settled yet, those
+        # answered with PUBREC until the device's PUBREL (a repeat is not forwarded again),
+        # and ours answered with PUBREC, PUBREL sent, until the device's PUBCOMP.
+        self.qos2_forwarding: set[int] = set()
+        self.qos2_received: set[int] = set()
+        self.qos2_released: set[int] = set()
         self.retain_pending: dict[str, Publish] = {}  # retained, until the mesh allows the topic
         self.deferred: list[Delivery] = []  # QoS 0 written, settled once the backlog drains
         self.next_packet_id = 1
@@ -191,7 +197,6 @@ class Session:
         if self.connect.version == 5:
             props = {
                 "receive_maximum": RECEIVE_MAXIMUM,
-                "maximum_qos": 1,
                 "wildcard_available": 0,
                 "subscription_id_available": 0,
                 "shared_available": 0,
@@ -244,17 +249,21 @@ class Session:
 
     def _on_publish(self, publish: Publish) -> None:
         assert self.mesh is not None
-        if publish.qos == 2:
-            self._protocol_failure(packets.QOS_NOT_SUPPORTED, "QoS 2 is not supported")
-            return
         if "topic_alias" in publish.props:
             self._protocol_failure(0x94, "topic aliases are not offered (maximum 0)")
             return
-        if publish.qos == 1 and len(self.mesh.inflight) >= RECEIVE_MAXIMUM and self.version == 5:
+        if publish.qos == 2 and publish.packet_id in self.qos2_received:
+            # Forwarded once already (MQTT-4.3.3-9): only the PUBREC again.
+            self.transport.write(packets.ack(self.version, packets.PUBREC, publish.packet_id))
+            return
+        if publish.qos and publish.packet_id in self.mesh.inflight:
+            return  # a DUP of one in flight: its PUBACK/PUBREC comes when the mesh settles it
+        unacknowledged = len(self.mesh.inflight) + len(self.qos2_received)
+        if publish.qos and unacknowledged >= RECEIVE_MAXIMUM and self.version == 5:
             self._protocol_failure(0x93, "receive maximum exceeded")
             return
-        if publish.qos == 1 and publish.packet_id in self.mesh.inflight:
-            return  # a DUP of one in flight: its PUBACK comes when the mesh settles it
+        if publish.qos == 2:
+            self.qos2_forwarding.add(publish.packet_id)
         self.mesh.publish(publish.topic, to_amqp(publish), publish.qos, publish.packet_id)
         if publish.retain:
             if publish.topic in self.mesh.attached:
@@ -286,7 +295,13 @@ class Session:
             # 3.1.1 has no negative PUBACK: MQTT-3.3.5-2 says close the connection.
             self._protocol_failure(reason, f"publish refused: {text}")
             return
-        self.transport.write(packets.ack(self.version, packets.PUBACK, token, reason, text))
+        kind = packets.PUBACK
+        if token in self.qos2_forwarding:
+            self.qos2_forwarding.discard(token)
+            kind = packets.PUBREC
+            if reason < 0x80:  # a refusal ends the exchange: no PUBREL follows
+                self.qos2_received.add(token)
+        self.transport.write(packets.ack(self.version, kind, token, reason, text))
 
     # --- SUBSCRIBE ---------------------------------------------------------------------------
 
@@ -294,7 +309,7 @@ class Session:
         assert self.mesh is not None
         pending = _SubAck(subscribe.packet_id, [t for t, _ in subscribe.topics], [])
         for index, (topic, options) in enumerate(subscribe.topics):
-            qos = min(options & 3, 1)
+            qos = options & 3  # the codec refuses 3
             if topic.startswith("$share/"):
                 pending.codes.append(packets.SHARED_NOT_SUPPORTED)
             elif "+" in topic or "#" in topic:
@@ -379,17 +394,27 @@ class Session:
         for _ in range(65535):
             candidate = self.next_packet_id
             self.next_packet_id = candidate % 65535 + 1
-            if candidate not in self.to_device:
+            if candidate not in self.to_device and candidate not in self.qos2_released:
                 return candidate
         raise MalformedPacket(packets.QUOTA_EXCEEDED, "no free packet identifier")
 
     def _on_ack(self, ack: PubAck) -> None:
-        if ack.kind != packets.PUBACK:
-            self._protocol_failure(packets.QOS_NOT_SUPPORTED, "QoS 2 flow from a client")
+        if ack.kind == packets.PUBREL:  # the device's QoS 2 publish: it lets go of the id
+            known = ack.packet_id in self.qos2_received
+            self.qos2_received.discard(ack.packet_id)
+            reason = packets.SUCCESS if known else packets.PACKET_ID_NOT_FOUND
+            self.transport.write(packets.ack(self.version, packets.PUBCOMP, ack.packet_id, reason))
+            return
+        if ack.kind == packets.PUBCOMP:  # the end of our QoS 2 publish: the id is free
+            self.qos2_released.discard(ack.packet_id)
             return
         delivery = self.to_device.pop(ack.packet_id, None)
         if delivery is not None and self.mesh is not None and not self.mesh.ended:
+            # PUBACK, or PUBREC: from then on the message is the device's (MQTT 4.3.3).
             self.mesh.settle(delivery)
+        if ack.kind == packets.PUBREC and (ack.reason < 0x80 or self.version == 4):
+            self.qos2_released.add(ack.packet_id)
+            self.transport.write(packets.ack(self.version, packets.PUBREL, ack.packet_id))
 
     # --- ending ------------------------------------------------------------------------------
 

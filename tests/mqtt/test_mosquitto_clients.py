@@ -16,23 +16,24 @@ def _login(gateway: GatewayProcess, identity: str) -> list[str]:
     return ["-h", "127.0.0.1", "-u", identity, "-P", gateway.mesh.passwords[identity]]
 
 
+@pytest.mark.parametrize("qos", ["1", "2"])
 def test_mosquitto_sub_over_tls_receives_what_mosquitto_pub_sends(
-    gateway: GatewayProcess,
+    gateway: GatewayProcess, qos: str
 ) -> None:
     tls = ["-p", str(gateway.ports["mqtts"]), "--cafile", str(gateway.mesh.ca)]
     subscriber = subprocess.Popen(
         ["mosquitto_sub", *_login(gateway, "device@iot"), *tls, "-V", "mqttv5", "-i", "cli-sub",
-         "-t", "broadcast", "-q", "1", "-C", "1", "-W", "30"],
+         "-t", "broadcast", "-q", qos, "-C", "1", "-W", "30"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     try:
-        # QoS 1 to a multicast address: the mesh gives credit once the subscriber is
-        # attached, so mosquitto_pub's PUBACK (its exit) follows the delivery.
+        # QoS 1 or 2 to a multicast address: the mesh gives credit once the subscriber is
+        # attached, so mosquitto_pub's PUBACK or PUBCOMP (its exit) follows the delivery.
         published = subprocess.run(
             ["mosquitto_pub", *_login(gateway, "backend@iot"), "-p", str(gateway.port),
-             "-V", "mqttv311", "-i", "cli-pub", "-t", "broadcast", "-q", "1", "-m", "from cli"],
+             "-V", "mqttv311", "-i", "cli-pub", "-t", "broadcast", "-q", qos, "-m", "from cli"],
             capture_output=True,
             text=True,
             timeout=30,

@@ -20,7 +20,7 @@ from paho.mqtt.properties import Properties
 from proton.utils import BlockingConnection, BlockingReceiver
 
 from tests.mqtt.conftest import Device, GatewayProcess, amqp_account, start_gateway
-from tests.mqtt.test_bad_input import _string, read_all
+from tests.mqtt.test_bad_input import read_all, utf8_field
 from tests.support.mesh import Mesh
 
 pytestmark = pytest.mark.slow
@@ -126,9 +126,16 @@ def test_will_published_when_keep_alive_is_missed(
     """A device that goes silent (its socket stays open) past 1.5 x its keep-alive."""
     _, receiver = telemetry
     password = mqtt_mesh.passwords["device@iot"]
-    header = _string("MQTT") + bytes([5, 0xC2 | 0x04 | 0x08]) + struct.pack(">H", 1)  # 1 s
-    will = b"\x00" + _string("telemetry") + _string("went silent")  # no will properties
-    body = header + b"\x00" + _string("silent") + will + _string("device@iot") + _string(password)
+    header = utf8_field("MQTT") + bytes([5, 0xC2 | 0x04 | 0x08]) + struct.pack(">H", 1)  # 1 s
+    will = b"\x00" + utf8_field("telemetry") + utf8_field("went silent")  # no will properties
+    body = (
+        header
+        + b"\x00"
+        + utf8_field("silent")
+        + will
+        + utf8_field("device@iot")
+        + utf8_field(password)
+    )
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(bytes([0x10, len(body)]) + body)
         connack = sock.recv(64)
