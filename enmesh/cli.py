@@ -17,6 +17,7 @@ from enmesh.compile import CompileError, compile_stack_file, find_stack_file, wr
 from enmesh.control import commands as control
 from enmesh.control.apply import ApplyRefused
 from enmesh.control.brokers import BrokerError
+from enmesh.control.export import ExportError, add_export
 from enmesh.control.routers import RouterError
 from enmesh.deploy import stackctl
 from enmesh.deploy.bundle import write_bundle
@@ -258,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     receive.set_defaults(run=_cmd_receive)
     _stack_commands(commands)
     control.add_apply(commands, DEFAULT_STACKS_DIR)
+    add_export(commands, DEFAULT_STACKS_DIR)
     add_migrate(commands, DEFAULT_STACKS_DIR)
     _deploy_commands(commands)
     _pipeline_commands(commands)
@@ -340,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         BrokerError,
         RouterError,
         MigrateError,
+        ExportError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
     except BrokenPipeError:  # `enmesh render ... | head`: the reader has what it wanted
