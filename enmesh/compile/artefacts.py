@@ -22,6 +22,7 @@ from enmesh.compile.ports import check_ports
 from enmesh.compile.stack import Stack, load_stack
 from enmesh.gcpause import paused_gc
 from enmesh.model import Model, load_model
+from enmesh.mqtt.topics import ADDRESSES_FILE
 
 MANIFEST = "manifest.json"
 
@@ -52,6 +53,14 @@ class Artefacts:
         return digest.hexdigest()[:10]
 
 
+def _address_index(layout: Layout) -> dict[str, dict[str, str]]:
+    """Each space's addresses and types: the MQTT gateway matches wildcard filters to them."""
+    return {
+        tenant.name: {a.spec.address: str(a.spec.type) for a in tenant.addresses}
+        for tenant in layout.standard_tenants
+    }
+
+
 def compile_model(stack: Stack, model: Model) -> Artefacts:
     with paused_gc():
         return _compile(Layout(stack, model))
@@ -62,6 +71,7 @@ def _compile(layout: Layout) -> Artefacts:
     profile = profile_of(stack.spec.routers.engine)
     refuse_unserved(layout, profile)  # before anything is written: name what is missing
     check_ports(layout)
+    broker.check_broker_addresses(layout)
     files: dict[str, str] = {}
     for router_id, conf in router.render_routers(layout).items():
         files[f"routers/{router_id}.conf"] = conf
@@ -84,6 +94,7 @@ def _compile(layout: Layout) -> Artefacts:
     if monitoring.enabled(layout):
         files[monitoring.CONFIG_FILE] = to_json(monitoring.prometheus_config(layout))
         files[monitoring.RULES_FILE] = to_json(monitoring.rules(layout))
+    files[ADDRESSES_FILE] = to_json(_address_index(layout))
     files["deploy.json"] = to_json(deploy.deployment(layout))
     return Artefacts(dict(sorted(files.items())))
 

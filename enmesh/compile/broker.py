@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from enmesh.compile.errors import CompileError
 from enmesh.compile.layout import ROUTER_BROKER_USER, STANDARD_BROKER_VHOST, Layout
 from enmesh.compile.stack import Broker as StackBroker
 from enmesh.compile.tls import rabbitmq_ssl_lines
@@ -71,6 +72,32 @@ def _user_permissions(tenant: Tenant) -> list[dict[str, str]]:
             }
         )
     return permissions
+
+
+# Address types the brokers store: their names are RabbitMQ queue or exchange names.
+STORED_TYPES = (
+    AddressType.QUEUE,
+    AddressType.TOPIC,
+    AddressType.SUBSCRIPTION,
+    AddressType.DEADLETTER,
+)
+
+
+def check_broker_addresses(layout: Layout) -> None:
+    """Raise CompileError for stored addresses RabbitMQ cannot be asked for over AMQP 1.0:
+    its addresses (`/amq/queue/NAME`, `/exchange/NAME`) split on `/`, so a name with one
+    is refused at attach time, and the broker then ends the router's whole session."""
+    found = [
+        f"{tenant.name}/{address.spec.address} ({address.spec.type})"
+        for tenant in layout.model.tenants
+        for address in tenant.addresses
+        if address.spec.type in STORED_TYPES and "/" in address.spec.address
+    ]
+    if found:
+        raise CompileError(
+            "stored addresses cannot contain '/' (RabbitMQ's AMQP 1.0 addresses split on it; "
+            "use '.' or '-', or a multicast or anycast address): " + ", ".join(found)
+        )
 
 
 def broker_definitions(layout: Layout, broker: str) -> Definitions:

@@ -41,7 +41,7 @@ from enmesh.control.target import Target
 __all__ = ["ApplyRefused", "StackPlan", "apply_stack", "plan_stack"]
 
 # Installed files apply manages (a broker's rabbitmq.conf needs a restart: `enmesh up`).
-_MANAGED = ("routers/", "auth/", "deploy.json")
+_MANAGED = ("routers/", "auth/", "mqtt/", "deploy.json")
 
 
 def _managed(relative: str) -> bool:

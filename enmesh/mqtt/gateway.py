@@ -19,10 +19,12 @@ from enmesh.mqtt.layers import Layer, layer_factory
 from enmesh.mqtt.mesh import RouterEndpoint
 from enmesh.mqtt.retained import RetainedStore
 from enmesh.mqtt.session import Session
+from enmesh.mqtt.topics import AddressIndex
 from enmesh.mqtt.wills import WillService
 from enmesh.router.engine import READ_CHUNK, Acceptor, Loop
 
 log = logging.getLogger("enmesh.mqtt.gateway")
+ADDRESS_CHECK_SECONDS = 2.0  # how often the address index file is looked at
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Settings:
     tls_key: Path | None = None
     # space -> (identity, password): publishes wills left over from a previous run
     will_accounts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    addresses: Path | None = None  # the compiled address index: wildcard subscriptions
 
 
 class Gateway:
@@ -58,6 +61,7 @@ class Gateway:
         self.acceptors: list[Acceptor] = []
         self.wills = WillService(self)
         self.retained = RetainedStore(settings.state_dir)
+        self.addresses = AddressIndex(settings.addresses)
         self.ports: dict[str, int] = {}
 
     def start(self) -> None:
@@ -72,6 +76,16 @@ class Gateway:
             self.ports[listen.kind] = acceptor.address[1]
             log.info("listening for %s on %s:%d", listen.kind, listen.host, acceptor.address[1])
         self.wills.recover()
+        if self.addresses.enabled:
+            self.loop.call_later(ADDRESS_CHECK_SECONDS, self._check_addresses)
+
+    def _check_addresses(self) -> None:
+        """A changed model (enmesh apply) reaches the wildcard subscriptions it matches."""
+        if self.addresses.refresh():
+            log.info("address index %s changed: following it", self.addresses.path)
+            for session in list(self.sessions.values()):
+                session.follow_filters()
+        self.loop.call_later(ADDRESS_CHECK_SECONDS, self._check_addresses)
 
     def _acceptor(
         self, make_layers: Callable[[], list[Layer]]

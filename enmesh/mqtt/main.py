@@ -61,6 +61,12 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, str]:
         default=[],
         help="USER@SPACE=PASSWORD_FILE: publishes that space's wills left by a previous run",
     )
+    parser.add_argument(
+        "--addresses",
+        type=Path,
+        help="the compiled address index (mqtt/addresses.json): wildcard subscriptions "
+        "match its multicast and topic addresses (without it they are refused)",
+    )
     parser.add_argument("--max-packet-size", type=int, default=256 * 1024)
     parser.add_argument("--log-level", choices=["debug", "info", "warning"], default="info")
     args = parser.parse_args(argv)
@@ -79,6 +85,7 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, str]:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         will_accounts=accounts,
+        addresses=args.addresses,
     )
     return settings, args.log_level
 

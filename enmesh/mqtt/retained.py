@@ -59,5 +59,11 @@ class RetainedStore:
             decoded["user_property"] = [tuple(pair) for pair in decoded["user_property"]]
         return Publish(topic, bytes(payload), qos, True, 0, decoded)
 
+    def topics(self, space: str) -> list[str]:
+        rows = self.db.execute(
+            "SELECT topic FROM retained WHERE space = ? ORDER BY topic", (space,)
+        )
+        return [str(topic) for (topic,) in rows]
+
     def close(self) -> None:
         self.db.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proton import Delivery, Message
@@ -28,6 +27,7 @@ from enmesh.mqtt.packets import (
     Subscribe,
     Unsubscribe,
 )
+from enmesh.mqtt.subscribing import Subscriptions
 from enmesh.router.engine import Timer
 
 if TYPE_CHECKING:
@@ -47,14 +47,6 @@ class Transport(Protocol):
     def pause(self, paused: bool) -> None: ...
 
 
-@dataclass
-class _SubAck:
-    packet_id: int
-    topics: list[str]
-    codes: list[int]
-    waiting: set[int] = field(default_factory=set)  # indexes still without an answer
-
-
 class Session:
     def __init__(self, gateway: Gateway, transport: Transport, peer: str) -> None:
         self.gateway, self.transport, self.peer = gateway, transport, peer
@@ -68,8 +60,7 @@ class Session:
         self.eof = False  # the device hung up while packets of its were still held
         self.paused = False  # not reading the device: the mesh has not taken its publishes
         self.held: deque[Packet] = deque()  # decoded, not yet handled (see _run_held)
-        self.subscriptions: dict[str, int] = {}  # address -> granted QoS
-        self.subacks: list[_SubAck] = []
+        self.subscriptions = Subscriptions(self)
         self.to_device: dict[int, Delivery | None] = {}  # packet id -> mesh delivery (QoS 1/2)
         # QoS 2 (MQTT 4.3.3): the device's publishes the mesh has not settled yet, those
         # answered with PUBREC until the device's PUBREL (a repeat is not forwarded again),
@@ -197,11 +188,12 @@ class Session:
         if self.connect.version == 5:
             props = {
                 "receive_maximum": RECEIVE_MAXIMUM,
-                "wildcard_available": 0,
                 "subscription_id_available": 0,
                 "shared_available": 0,
                 "maximum_packet_size": self.gateway.settings.max_packet_size,
             }
+            if not self.gateway.addresses.enabled:
+                props["wildcard_available"] = 0
             if self.assigned_id:
                 props["assigned_client_id"] = self.connect.client_id
         if self.connect.will is not None:
@@ -306,48 +298,15 @@ class Session:
     # --- SUBSCRIBE ---------------------------------------------------------------------------
 
     def _on_subscribe(self, subscribe: Subscribe) -> None:
-        assert self.mesh is not None
-        pending = _SubAck(subscribe.packet_id, [t for t, _ in subscribe.topics], [])
-        for index, (topic, options) in enumerate(subscribe.topics):
-            qos = options & 3  # the codec refuses 3
-            if topic.startswith("$share/"):
-                pending.codes.append(packets.SHARED_NOT_SUPPORTED)
-            elif "+" in topic or "#" in topic:
-                pending.codes.append(packets.WILDCARDS_NOT_SUPPORTED)
-            else:
-                pending.codes.append(qos)
-                pending.waiting.add(index)
-        self.subacks.append(pending)
-        for index in sorted(pending.waiting):
-            self.mesh.subscribe(pending.topics[index])
-        self._flush_subacks()
+        self.subscriptions.subscribe(subscribe)
 
     def on_subscribed(self, topic: str, reason: int, text: str) -> None:
-        answered = False
-        for pending in self.subacks:
-            for index in list(pending.waiting):
-                if pending.topics[index] == topic:
-                    pending.waiting.discard(index)
-                    answered = True
-                    if reason == packets.SUCCESS:
-                        self.subscriptions[topic] = pending.codes[index]
-                    else:
-                        pending.codes[index] = reason
-                        log.info("subscription %r of %s refused: %s", topic, self.identity, text)
-        if not answered and reason != packets.SUCCESS:
-            self.subscriptions.pop(topic, None)
-            log.info("subscription %r of %s ended by the mesh: %s", topic, self.identity, text)
-        self._flush_subacks()
+        self.subscriptions.on_subscribed(topic, reason, text)
 
-    def _flush_subacks(self) -> None:
-        while self.subacks and not self.subacks[0].waiting and not self.closed:
-            done = self.subacks.pop(0)
-            self.transport.write(packets.suback(self.version, done.packet_id, done.codes))
-            for topic, code in zip(done.topics, done.codes, strict=True):
-                if code < 0x80:
-                    self._send_retained(topic, code)
+    def follow_filters(self) -> None:
+        self.subscriptions.follow_filters()
 
-    def _send_retained(self, topic: str, granted: int) -> None:
+    def send_retained(self, topic: str, granted: int) -> None:
         retained = self.gateway.retained.get(self.space, topic)
         if retained is None:
             return
@@ -360,19 +319,18 @@ class Session:
         self.transport.write(packets.publish(self.version, retained))
 
     def _on_unsubscribe(self, unsubscribe: Unsubscribe) -> None:
-        assert self.mesh is not None
-        codes = []
-        for topic in unsubscribe.topics:
-            known = self.subscriptions.pop(topic, None) is not None
-            self.mesh.unsubscribe(topic)
-            codes.append(packets.SUCCESS if known else 0x11)  # 0x11: no subscription existed
+        codes = self.subscriptions.unsubscribe(unsubscribe)
         self.transport.write(packets.unsuback(self.version, unsubscribe.packet_id, codes))
 
     # --- messages to the device ------------------------------------------------------------
 
     def on_message(self, topic: str, delivery: Delivery, message: Message) -> None:
         assert self.mesh is not None
-        qos = self.subscriptions.get(topic, 0)
+        if not self.subscriptions.covers(topic):
+            # In flight when the device unsubscribed: not for it any more (MQTT-3.10.4-2).
+            self.mesh.settle(delivery)
+            return
+        qos = self.subscriptions.qos_for(topic)
         packet_id = self._packet_id() if qos else 0
         outgoing = from_amqp(topic, message, qos, packet_id, self.version)
         self.transport.write(packets.publish(self.version, outgoing))

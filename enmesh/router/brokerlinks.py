@@ -15,8 +15,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from proton import Condition, Endpoint, Link, Receiver, Sender
+from proton import Condition, Endpoint, Link, Receiver, Sender, Session
 
+from enmesh.router import session_window
 from enmesh.router.addressing import best_match
 from enmesh.router.forwarding import Held, OutLink, set_address
 from enmesh.router.inlinks import InLink
@@ -34,7 +35,10 @@ ROUTE_PREFIX = "_mesh/route/"
 BROKER_DETACH_GRACE_SECONDS = 1.0
 # autoLinks whose session the broker ended are attached again on a new session after a
 # delay doubling from the first to the last figure while the broker keeps ending them
-# (a queue still missing), back to the first once a session has lasted a minute.
+# (a queue still missing), back to the first once a session has lasted a minute. A batch
+# ended again is split in two, each half on a session of its own: RabbitMQ ends a whole
+# session for one refused attach, and this way the autoLink it keeps refusing ends up
+# alone while the others stay attached.
 REATTACH_FIRST_SECONDS = 1.0
 REATTACH_MAX_SECONDS = 30.0
 REATTACH_CALM_SECONDS = 60.0
@@ -97,9 +101,11 @@ class BrokerLinks:
                     _detach(link, None)
                 link = following
 
-    def _attach_auto_link(self, conn: ProtonSocket, auto: AutoLink) -> None:
+    def _attach_auto_link(
+        self, conn: ProtonSocket, auto: AutoLink, session: Session | None = None
+    ) -> None:
         capacity = conn.context["info"].link_capacity
-        session = self.router.session_of(conn)
+        session = session or self.router.session_of(conn)
         key = self.router.routing.semantics(auto.address).key(auto.address, auto.phase)
         if auto.direction == "out":
             sender = session.sender(f"autolink/{auto.address}/out")
@@ -119,8 +125,11 @@ class BrokerLinks:
             inbound.modified_as_released = True
             self.router.routing.add_source(inbound)
 
-    def reattach_later(self, conn: ProtonSocket, name: str, autos: list[AutoLink]) -> None:
-        """The broker ended the session these autoLinks were on: attach them again soon."""
+    def reattach_later(
+        self, conn: ProtonSocket, name: str, autos: list[AutoLink], was_batch: bool
+    ) -> None:
+        """The broker ended the session these autoLinks were on: attach them again soon.
+        `was_batch`: that session was itself one of these re-attached batches."""
         now = time.monotonic()
         last_loss: float | None = conn.context.get("session_lost_at")
         delay: float = conn.context.get("reattach_delay", REATTACH_FIRST_SECONDS)
@@ -129,15 +138,24 @@ class BrokerLinks:
         conn.context["session_lost_at"] = now
         conn.context["reattach_delay"] = min(delay * 2, REATTACH_MAX_SECONDS)
         log.info("broker %s: attaching %d autoLinks again in %.0f s", name, len(autos), delay)
-        self.router.loop.call_later(delay, functools.partial(self._reattach, conn, name, autos))
+        half = len(autos) // 2
+        batches = [autos[:half], autos[half:]] if was_batch and half else [autos]
+        for batch in batches:
+            self.router.loop.call_later(delay, functools.partial(self._reattach, conn, name, batch))
 
     def _reattach(self, conn: ProtonSocket, name: str, autos: list[AutoLink]) -> None:
         if conn.closed or self.brokers.get(name) is not conn:
             return  # the next connection to this broker attaches every autoLink anyway
         configured = self.router.config.auto_links
-        for auto in autos:
-            if auto in configured:  # not taken out by a reload meanwhile
-                self._attach_auto_link(conn, auto)
+        wanted = [auto for auto in autos if auto in configured]  # not taken out meanwhile
+        if not wanted:
+            return
+        session = conn.connection.session()
+        session_window.bound(session, conn.context["info"].session_frames)
+        session.open()
+        session.enmesh_autolink_batch = True
+        for auto in wanted:
+            self._attach_auto_link(conn, auto, session)
 
     def broker_down(self, name: str, conn: ProtonSocket) -> None:
         if self.brokers.get(name) is conn:  # a newer connection may already serve it

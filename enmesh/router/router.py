@@ -301,7 +301,8 @@ class Router:
                 f": {condition.name}: {condition.description}" if condition else "",
             )
         if info.role == ROUTE_CONTAINER and auto_links:
-            self.link_routes.reattach_later(conn, info.name, auto_links)
+            was_batch = bool(getattr(session, "enmesh_autolink_batch", False))
+            self.link_routes.reattach_later(conn, info.name, auto_links, was_batch)
 
     def _on_connection_remote_close(self, conn: ProtonSocket, event: Event) -> None:
         if _connection(event).state & Endpoint.LOCAL_ACTIVE:

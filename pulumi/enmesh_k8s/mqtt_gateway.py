@@ -3,7 +3,9 @@
 The gateway is an AMQP client of the routers' client Service (amqps, the stack's CA), so
 it works in front of any router engine the stack runs. Its listeners use a certificate
 from the stack's CA. Wills live in an emptyDir: they survive a restart of the container,
-not the loss of the pod (docs/mqtt.md, "Limits").
+not the loss of the pod (docs/mqtt.md, "Limits"). The compiled address index (wildcard
+subscriptions) is a ConfigMap under a fixed name: the kubelet refreshes the mounted file
+when `pulumi up` changes the model, and the gateway follows it without a restart.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pulumi_kubernetes as k8s
 
 from enmesh.k8s.config import KubeStackConfig
 from enmesh.k8s.layout import PORTS, KubeLayout
+from enmesh.mqtt.topics import ADDRESSES_FILE
 from enmesh_k8s import workload as w
 from enmesh_k8s.tls import CA_FILE
 
@@ -22,6 +25,7 @@ MQTT_PORTS = {"mqtt": 1883, "mqtts": 8883, "ws": 8083, "wss": 8084}
 CERTIFICATE = "mqtt-gateway"
 TLS_DIR = "/etc/enmesh-mqtt-tls"
 STATE_DIR = "/var/lib/enmesh-mqtt"
+ADDRESSES_DIR = "/etc/enmesh-mqtt-addresses"
 
 
 def gateway_name(stack: str) -> str:
@@ -48,6 +52,14 @@ class MqttGateway(pulumi.ComponentResource):
         account = w.service_account(
             gateway_name(names.stack), names.namespace, selector, False, child
         )
+        addresses = core.ConfigMap(
+            f"{name}-addresses",
+            metadata=w.metadata(
+                f"{gateway_name(names.stack)}-addresses", names.namespace, selector
+            ),
+            data={"addresses.json": layout.artefacts.files[ADDRESSES_FILE]},
+            opts=child,
+        )
         router = f"amqps://{names.service_host(names.messaging)}:{PORTS['amqps']}"
         listen = [f"--listen={kind}:0.0.0.0:{port}" for kind, port in MQTT_PORTS.items()]
         container = core.ContainerArgs(
@@ -61,11 +73,13 @@ class MqttGateway(pulumi.ComponentResource):
                 f"--tls-cert={TLS_DIR}/{CERTIFICATE}.crt",
                 f"--tls-key={TLS_DIR}/{CERTIFICATE}.key",
                 f"--state-dir={STATE_DIR}",
+                f"--addresses={ADDRESSES_DIR}/addresses.json",
             ],
             ports=[core.ContainerPortArgs(name=k, container_port=p) for k, p in MQTT_PORTS.items()],
             volume_mounts=[
                 w.mount("tls", TLS_DIR),
                 w.mount("state", STATE_DIR, read_only=False),
+                w.mount("addresses", ADDRESSES_DIR),
             ],
             resources=w.resources("250m", "256Mi"),
             security_context=w.container_security(),
@@ -86,7 +100,16 @@ class MqttGateway(pulumi.ComponentResource):
                         security_context=w.pod_security(GATEWAY_USER),
                         affinity=w.spread(selector),
                         containers=[container],
-                        volumes=[w.tls_volume("tls", tls_secret), w.empty_dir("state")],
+                        volumes=[
+                            w.tls_volume("tls", tls_secret),
+                            w.empty_dir("state"),
+                            core.VolumeArgs(
+                                name="addresses",
+                                config_map=core.ConfigMapVolumeSourceArgs(
+                                    name=addresses.metadata.apply(lambda m: str(m.name))
+                                ),
+                            ),
+                        ],
                         termination_grace_period_seconds=15,
                     ),
                 ),

@@ -19,6 +19,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
+from enmesh.mqtt.topics import ADDRESSES_FILE
 from tests.support.amqp import Account
 from tests.support.mesh import SAMPLE_MODEL, Mesh, wait_until
 from tests.support.pki import router_client
@@ -41,12 +42,46 @@ spec:
       addresses: [telemetry, broadcast, alerts, events]
 """
 
+# Addresses with levels, for wildcard subscriptions: three multicast, one queue (which
+# wildcards leave out), a user who may read all of them and one who may read truck t1's.
+FLEET = "".join(
+    f"""
+---
+apiVersion: enmesh.io/v1
+kind: Address
+metadata: {{name: iot.{address.replace("/", "-")}}}
+spec: {{addressSpace: iot, address: {address}, type: {kind}, plan: standard-{kind}}}
+"""
+    for address, kind in (
+        ("fleet/t1/position", "multicast"),
+        ("fleet/t2/position", "multicast"),
+        ("fleet/t1/fuel", "multicast"),
+        ("fleet.t1.log", "queue"),  # stored addresses cannot contain '/' (RabbitMQ)
+    )
+) + "".join(
+    f"""
+---
+apiVersion: enmesh.io/v1
+kind: MessagingUser
+metadata: {{name: iot.{user}}}
+spec:
+  addressSpace: iot
+  username: {user}
+  authentication:
+    passwordSecret: {{name: iot-{user}, key: password}}
+  authorization:
+    - operations: [send, recv]
+      addresses: ["{pattern}"]
+"""
+    for user, pattern in (("tracker", "fleet*"), ("dispatch", "fleet/t1/*"))
+)
+
 
 @pytest.fixture(scope="session")
 def mqtt_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     directory = tmp_path_factory.mktemp("mqtt-mesh")
     model = directory / "iot.model.yml"
-    model.write_text(SAMPLE_MODEL.read_text() + WILL_ACCOUNT)
+    model.write_text(SAMPLE_MODEL.read_text() + WILL_ACCOUNT + FLEET)
     with brokered_mesh(directory, models=[model]) as mesh:
         yield mesh
 
@@ -108,7 +143,15 @@ class GatewayProcess:
         return self.ports["mqtt"]
 
 
-def start_gateway(mesh: Mesh, directory: Path, *extra: str) -> GatewayProcess:
+def start_gateway(
+    mesh: Mesh, directory: Path, *extra: str, address_index: bool = True
+) -> GatewayProcess:
+    """A gateway in front of router 0, with a copy of the mesh's compiled address index
+    (`directory/addresses.json`, which a test may change as `enmesh apply` would)."""
+    if address_index:
+        index = directory / "addresses.json"
+        index.write_text((mesh.directory / "config" / ADDRESSES_FILE).read_text())
+        extra = ("--addresses", str(index), *extra)
     gateway = GatewayProcess(mesh, directory / "state", directory / "gateway.log", extra=extra)
     gateway.start()
     return gateway

@@ -131,13 +131,6 @@ def test_forbidden_subscribe_in_311_is_suback_failure(device_factory: Any) -> No
     assert [rc.value for rc in codes] == [128]
 
 
-def test_wildcards_are_refused_with_their_reason_code(device_factory: Any) -> None:
-    device = device_factory("backend@iot")
-    assert device.connect() == 0
-    codes = device.subscribe("sensors/+/temperature", qos=0)
-    assert [rc.value for rc in codes] == [0xA2]
-
-
 def test_tenancy_acme_never_sees_iot(mqtt_mesh: Mesh, device_factory: Any) -> None:
     """Both spaces have `telemetry`; each device reaches only its own space's."""
     acme = device_factory("app@acme")

@@ -429,6 +429,11 @@ def test_mqtt_gateway_is_an_amqps_client_of_the_routers_behind_its_own_service(
     assert command[0] == "enmesh-mqtt-gateway"
     assert f"--router=amqps://{stack}-messaging." in " ".join(command)
     assert _volumes(deployment)["tls"]["secret"]["secretName"] == f"{stack}-mqtt-tls"
+    # Wildcard subscriptions: the compiled address index, from a ConfigMap it follows.
+    index = _one(capture, "ConfigMap", f"{stack}-mqtt-addresses")
+    assert "iot" in json.loads(index["data"]["addresses.json"])
+    assert _volumes(deployment)["addresses"]["configMap"]["name"] == f"{stack}-mqtt-addresses"
+    assert "--addresses=/etc/enmesh-mqtt-addresses/addresses.json" in command
     service = _one(capture, "Service", f"{stack}-mqtt")
     assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
         "mqtt": 1883,

@@ -65,3 +65,23 @@ def test_autolinks_attach_again_after_the_broker_ends_their_session(stack: Mesh)
     # No router restart: both the deleted and restored queue and another one carry messages.
     assert round_trip(stack, "events", "another queue") == "another queue"
     assert round_trip(stack, "commands", "the restored queue") == "the restored queue"
+
+
+def test_an_autolink_the_broker_keeps_refusing_leaves_the_others_attached(stack: Mesh) -> None:
+    """RabbitMQ ends the whole session for the one attach it refuses: the router splits
+    the autoLinks it attaches again until the refused one is alone on its session."""
+    broker = stack.extra["broker"]
+    assert isinstance(broker, RabbitMQBroker)
+    broker.ctl("delete_queue", "-p", VHOST, "iot.commands")
+    try:
+        wait_until(lambda: _works(stack, "events"), 90, "another queue, its queue still gone")
+    finally:
+        broker.ctl("import_definitions", str(broker.definitions))
+    wait_until(lambda: _works(stack, "commands"), 90, "the queue, once it is back")
+
+
+def _works(mesh: Mesh, address: str) -> bool:
+    try:
+        return round_trip(mesh, address, "probe") == "probe"
+    except Exception:  # not attached yet: no credit, or nothing to receive
+        return False
