@@ -116,6 +116,12 @@ def _manager_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--supervisor-config", default=SUPERVISOR_CONFIG, metavar="FILE")
 
 
+def stack_arguments(parser: argparse.ArgumentParser, stacks_dir: Path) -> None:
+    """--stack NAME and --stacks-dir DIR, as every command on one stack takes them."""
+    parser.add_argument("--stack", default="local", metavar="NAME", help="stack (default: local)")
+    parser.add_argument("--stacks-dir", type=Path, default=stacks_dir, metavar="DIR")
+
+
 def add_apply(commands: Any, stacks_dir: Path) -> None:
     apply = commands.add_parser(
         "apply",
@@ -127,8 +133,7 @@ def add_apply(commands: Any, stacks_dir: Path) -> None:
         "messages unless --force names it. Every component must run on this host; a site "
         "applies through its playbook.",
     )
-    apply.add_argument("--stack", default="local", metavar="NAME", help="stack (default: local)")
-    apply.add_argument("--stacks-dir", type=Path, default=stacks_dir, metavar="DIR")
+    stack_arguments(apply, stacks_dir)
     apply.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     apply.add_argument(
         "--force",

@@ -18,6 +18,7 @@ import yaml
 
 from enmesh.compile import find_stack_file, load_stack
 from enmesh.compile.stack import runtime_models
+from enmesh.control.commands import stack_arguments
 from enmesh.model import Model, load_model
 
 HEADER = "# Moved from the runtime part of the model by `enmesh export` (the console's changes).\n"
@@ -92,7 +93,6 @@ def add_export(commands: Any, stacks_dir: Path) -> None:
         "kept beside the stack's state) as model YAML on stdout; with --into FILE, moved "
         "into FILE, one of the stack's model files, to commit (the model is unchanged).",
     )
-    export.add_argument("--stack", default="local", metavar="NAME", help="stack (default: local)")
-    export.add_argument("--stacks-dir", type=Path, default=stacks_dir, metavar="DIR")
+    stack_arguments(export, stacks_dir)
     export.add_argument("--into", type=Path, metavar="FILE", help="a model file of the stack")
     export.set_defaults(run=_cmd_export)

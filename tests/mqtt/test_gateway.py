@@ -23,19 +23,21 @@ def body_bytes(message: Message) -> bytes:
 
 
 @pytest.mark.parametrize("version", [V311, V5])
-def test_qos1_publish_reaches_an_amqp_consumer_and_is_acked_after_acceptance(
-    mqtt_mesh: Mesh, device_factory: Any, version: int
+@pytest.mark.parametrize("qos", [1, 2])
+def test_qos1_and_2_publish_reach_an_amqp_consumer_and_are_acked_after_acceptance(
+    mqtt_mesh: Mesh, device_factory: Any, version: int, qos: int
 ) -> None:
+    """QoS 1: the PUBACK; QoS 2: the PUBREC (so paho's PUBCOMP) only once accepted."""
     consumer = amqp_account(mqtt_mesh, "backend@iot").blocking()
     try:
         receiver = consumer.create_receiver("telemetry")
         device = device_factory("device@iot", version=version)
         assert device.connect() == 0
         payload = f"reading v{version}".encode()
-        device.client.publish("telemetry", payload, qos=1)
+        device.client.publish("telemetry", payload, qos=qos)
         message = receiver.receive(timeout=10)
         assert body_bytes(message) == payload
-        assert message.durable  # QoS 1 travels as a durable AMQP message
+        assert message.durable  # QoS 1 and 2 travel as durable AMQP messages
         assert device.acks.empty()  # no PUBACK while the consumer has not settled
         receiver.accept()
         # the blocking client writes its disposition only while it waits

@@ -1,6 +1,6 @@
 """QoS 2 (exactly once) through the gateway: paho-mqtt devices (3.1.1 and 5.0) to MQTT
-subscribers and to an AMQP consumer, and the handshake's edges on a raw socket (a
-repeated PUBLISH is answered, not forwarded again; an unknown PUBREL)."""
+subscribers (to an AMQP consumer: tests/mqtt/test_gateway.py), and the handshake's edges
+on a raw socket (a repeated PUBLISH is answered, not forwarded again; an unknown PUBREL)."""
 
 from __future__ import annotations
 
@@ -36,24 +36,6 @@ def test_qos2_from_mqtt_to_an_mqtt_subscriber_exactly_once(
         assert device.publish("telemetry", payload, qos=2) == 0  # on PUBCOMP
     received = [backend.receive() for _ in range(2)]
     assert [(m.payload, m.qos) for m in received] == [(b"first", 2), (b"second", 2)]
-
-
-def test_qos2_pubrec_waits_for_the_amqp_consumers_acceptance(
-    mqtt_mesh: Mesh, device_factory: Any
-) -> None:
-    consumer = amqp_account(mqtt_mesh, "backend@iot").blocking()
-    try:
-        receiver = consumer.create_receiver("telemetry")
-        device = device_factory("device@iot")
-        assert device.connect() == 0
-        device.client.publish("telemetry", b"exactly once", qos=2)
-        assert bytes(receiver.receive(timeout=10).body) == b"exactly once"
-        assert device.acks.empty()  # no PUBREC, so no PUBCOMP, before the consumer settles
-        receiver.accept()
-        consumer.wait(lambda: not device.acks.empty(), timeout=10, msg="PUBREC/PUBCOMP")
-        assert device.acks.get()[1] == 0
-    finally:
-        consumer.close()
 
 
 def _publish_qos2(packet_id: int, body: bytes, dup: bool = False) -> bytes:
