@@ -11,8 +11,9 @@ gateway runs in front of one enmesh-router (compiled sample stack, SASL users).
 Each figure uses the same lean raw-socket MQTT 3.1.1 clients, publisher and subscriber each
 in a process of its own (all share the machine's cores with the gateway, the router and
 mosquitto), 100-byte payloads:
-  - throughput MQTT -> MQTT at QoS 0 and QoS 1 (publisher keeps 100 QoS 1 in flight;
-    the subscriber PUBACKs each message), msgs/s at the subscriber;
+  - throughput MQTT -> MQTT at QoS 0, 1 and 2 (publisher keeps 100 QoS 1 or 2 in flight;
+    the subscriber PUBACKs each message, or at QoS 2 answers PUBREC and then PUBREL with
+    PUBCOMP), msgs/s at the subscriber;
   - latency p50/p99 at QoS 1, publisher paced at half the gateway's QoS 1 rate;
   - idle connections: N CONNECTed clients held, memory per connection (gateway RSS and,
     for the gateway, the router's too: each device is an AMQP connection of its own);
@@ -140,6 +141,9 @@ def _subscriber(target: Target, qos: int, count: int, ready: Any, out: Any) -> N
         except TimeoutError:
             break  # QoS 0 may lose messages: count what came
         last = time.perf_counter()
+        if first_byte >> 4 == 6:  # PUBREL of a QoS 2 message: PUBCOMP
+            client.sock.sendall(_frame(0x70, packet[:2]))
+            continue
         if first_byte >> 4 != 3:
             continue
         if not received:
@@ -147,8 +151,9 @@ def _subscriber(target: Target, qos: int, count: int, ready: Any, out: Any) -> N
         received += 1
         topic_len = struct.unpack(">H", packet[1:3])[0]
         offset = 3 + topic_len
-        if (first_byte >> 1) & 3:
-            client.sock.sendall(_frame(0x40, packet[offset : offset + 2]))
+        if (first_byte >> 1) & 3:  # PUBACK (QoS 1) or PUBREC (QoS 2)
+            answer = 0x40 if (first_byte >> 1) & 3 == 1 else 0x50
+            client.sock.sendall(_frame(answer, packet[offset : offset + 2]))
             offset += 2
         sent = struct.unpack(">d", packet[offset : offset + 8])[0]
         latencies.append(time.perf_counter() - sent)
@@ -170,20 +175,25 @@ def _publisher(target: Target, qos: int, count: int, rate: float | None) -> None
             if wait > 0:
                 time.sleep(wait)
         while qos and inflight >= WINDOW:
-            kind, _ = client.read()
-            if kind >> 4 == 4:
-                inflight -= 1
+            inflight -= _acknowledged(client)
         payload = struct.pack(">d", time.perf_counter()).ljust(PAYLOAD, b"x")
         client.sock.sendall(client.publish(payload, qos, next_id))
         if qos:
             inflight += 1
             next_id = next_id % 65535 + 1
     while qos and inflight:
-        kind, _ = client.read()
-        if kind >> 4 == 4:
-            inflight -= 1
+        inflight -= _acknowledged(client)
     client.sock.sendall(b"\xe0\x00")  # DISCONNECT
     client.sock.close()
+
+
+def _acknowledged(client: Client) -> int:
+    """Read one packet: 1 if it ends a publish (PUBACK, or PUBCOMP at QoS 2), else 0; a
+    PUBREC is answered with PUBREL."""
+    kind, packet = client.read()
+    if kind >> 4 == 5:
+        client.sock.sendall(_frame(0x62, packet[:2]))
+    return 1 if kind >> 4 in (4, 7) else 0
 
 
 def flow(target: Target, qos: int, count: int, rate: float | None = None) -> dict[str, float]:
@@ -301,7 +311,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
             Target("gateway", gateway_port, device, backend, gateway.pid),
         ]
         figures: dict[str, Any] = {"runs": args.runs, "messages": args.messages}
-        for qos in (0, 1):
+        for qos in (0, 1, 2):
             per: dict[str, list[float]] = {t.name: [] for t in targets}
             lost: dict[str, int] = {t.name: 0 for t in targets}
             for run in range(args.runs):
