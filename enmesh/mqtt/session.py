@@ -326,11 +326,11 @@ class Session:
 
     def on_message(self, topic: str, delivery: Delivery, message: Message) -> None:
         assert self.mesh is not None
-        if not self.subscriptions.covers(topic):
+        qos = self.subscriptions.qos_for(topic)  # one pass over the filters per message
+        if qos is None:
             # In flight when the device unsubscribed: not for it any more (MQTT-3.10.4-2).
             self.mesh.settle(delivery)
             return
-        qos = self.subscriptions.qos_for(topic)
         packet_id = self._packet_id() if qos else 0
         outgoing = from_amqp(topic, message, qos, packet_id, self.version)
         self.transport.write(packets.publish(self.version, outgoing))

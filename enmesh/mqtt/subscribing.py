@@ -52,11 +52,21 @@ class Subscriptions:
         assert self.session.mesh is not None
         return self.session.mesh
 
-    def qos_for(self, address: str) -> int:
+    def qos_for(self, address: str) -> int | None:
+        """The QoS a message on `address` goes out with: the highest grant covering it,
+        0 while a SUBSCRIBE for it still waits; None if nothing wants it any more."""
         granted = [q for f, q in self.filters.items() if matches(f, address)]
         if address in self.exact:
             granted.append(self.exact[address])
-        return max(granted, default=0)
+        if granted:
+            return max(granted)
+        return 0 if self._pending(address) else None
+
+    def _pending(self, address: str) -> bool:
+        return any(
+            address in p.topics or any(address in m for m in p.members.values())
+            for p in self.subacks
+        )
 
     def subscribe(self, subscribe: Subscribe) -> None:
         addresses = self.session.gateway.addresses
@@ -152,11 +162,4 @@ class Subscriptions:
 
     def covers(self, address: str) -> bool:
         """Still wanted: an exact subscription, a filter, or a SUBSCRIBE waiting for it."""
-        return (
-            address in self.exact
-            or any(matches(f, address) for f in self.filters)
-            or any(
-                address in p.topics or address in set().union(*p.members.values())
-                for p in self.subacks
-            )
-        )
+        return self.qos_for(address) is not None
