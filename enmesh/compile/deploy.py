@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from enmesh.compile import administrator, monitoring
+from enmesh.compile import administrator, console, monitoring
 from enmesh.compile.auth import sasl_identity
 from enmesh.compile.layout import (
     ROUTER_BROKER_SECRET,
@@ -132,6 +132,14 @@ def _addresses(layout: Layout) -> list[dict[str, str]]:
     return sorted(found, key=lambda a: (a["space"], a["address"]))
 
 
+def _console(layout: Layout) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = console.settings(layout)
+    if found is not None:
+        names = _names(str(found["host"]))
+        found["certificates"] = [_certificate(layout, console.COMPONENT, names)]
+    return found
+
+
 def deployment(layout: Layout) -> dict[str, Any]:
     paths = layout.stack.spec.paths
     return {
@@ -148,4 +156,5 @@ def deployment(layout: Layout) -> dict[str, Any]:
         "addresses": _addresses(layout),
         "monitoring": monitoring.deployment(layout),
         "mqtt": layout.stack.spec.mqtt.model_dump(),
+        "console": _console(layout),
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from enmesh.compile import monitoring
+from enmesh.compile import console, monitoring
 from enmesh.compile.errors import CompileError
 from enmesh.compile.layout import Layout
 
@@ -57,3 +57,6 @@ def claims(layout: Layout) -> Iterator[Claim]:
             for kind, port in spec.mqtt.ports.model_dump().items():
                 if port:
                     yield host, port, f"MQTT gateway on {host} {kind} (spec.mqtt.ports.{kind})"
+    found = console.settings(layout)
+    if found is not None:
+        yield str(found["host"]), int(found["port"]), "console (spec.console.port)"

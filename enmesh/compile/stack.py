@@ -155,6 +155,14 @@ class Mqtt(_Strict):
         return self
 
 
+class Console(_Strict):
+    """The web console (enmesh-console): on the deployer's host, for a stack on one host."""
+
+    enabled: bool | None = None  # default: on when every router and broker is on one host
+    host: str | None = None  # where it listens; default: the first router's host
+    port: Port = 8443  # HTTPS
+
+
 class StackPaths(_Strict):
     config: AbsolutePath = "/etc/enmesh"  # where the rendered files are installed
     state: AbsolutePath = "/var/lib/enmesh"  # TLS material, SASL database
@@ -170,6 +178,7 @@ class StackSpec(_Strict):
     tls: TlsPolicy = Field(default_factory=TlsPolicy)
     monitoring: Monitoring = Field(default_factory=Monitoring)  # Prometheus, alerts
     mqtt: Mqtt = Field(default_factory=Mqtt)  # the MQTT gateway's listeners
+    console: Console = Field(default_factory=Console)  # the web console
 
     @model_validator(mode="after")
     def _unique_broker_names(self) -> StackSpec:

@@ -15,6 +15,14 @@ from pathlib import Path
 ROOT = "enmesh-src"
 TOP_LEVEL_FILES = ("pyproject.toml", "README.md")
 PACKAGE_SUFFIXES = {".py", ".typed"}
+# Package data (pyproject's tool.setuptools.package-data): the engines' schemas, the
+# console's templates and static files, Chart.js among them (`make setup` fetches it).
+PACKAGE_DATA = (
+    "enmesh/compile/engines/*.json",
+    "enmesh/console/templates/*.html",
+    "enmesh/console/static/*",
+    "enmesh/console/static/vendor/*",
+)
 PACKAGES = ("enmesh", "spark/enmesh_spark")  # as pyproject.toml finds them
 
 
@@ -26,7 +34,8 @@ def _members(project: Path) -> list[Path]:
         for path in (project / package).rglob("*")
         if path.is_file() and path.suffix in PACKAGE_SUFFIXES and "__pycache__" not in path.parts
     ]
-    return sorted(files)
+    files += [path for pattern in PACKAGE_DATA for path in project.glob(pattern) if path.is_file()]
+    return sorted(set(files))
 
 
 def build_bundle(project: Path) -> bytes:

@@ -1,16 +1,18 @@
 """Where a running stack can be watched, and whether it answers: Prometheus, the metrics
-ports, the MQTT gateways, the Spark master, worker and job.
+ports, the console, the MQTT gateways, the Spark master, worker and job.
 
 `enmesh up` lists them (`describe_lines`); `enmesh status` probes them over HTTP
 (`probes`): Prometheus ready and every target it scrapes up, the master ALIVE with a live
 worker, the worker answering, the telemetry job RUNNING. Addresses come from deploy.json
-(Prometheus, metrics ports) and endpoints.json (MQTT gateways and Spark: their roles record
-them). A gateway is probed at the MQTT level (enmesh.deploy.mqtt_probe).
+(Prometheus, metrics ports) and endpoints.json (console, MQTT gateways and Spark: their roles
+record them). A gateway is probed at the MQTT level (enmesh.deploy.mqtt_probe), the console
+by its login page over HTTPS with the stack's CA.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,6 +57,13 @@ def describe_lines(deployment: Mapping[str, Any], endpoints: Mapping[str, Any]) 
     for broker in deployment["brokers"]:
         metrics = f"http://{broker['host']}:{broker['ports']['prometheus']}/metrics"
         lines.append(f"  {broker['name']:<20} {metrics}  (per queue: /metrics/detailed)")
+    if endpoints.get("console"):
+        lines += [
+            "",
+            "Console (log in as <user>@<space> with `manage`, or as "
+            f"{deployment['console']['administrator']}; HTTPS with the CA above):",
+            f"  {endpoints['console']}",
+        ]
     for gateway in endpoints.get("mqtt") or []:
         lines += [
             "",
@@ -144,6 +153,17 @@ def _worker(ui: str) -> Probe:
     )
 
 
+def console(url: str, ca: Path | None) -> Probe:
+    """The login page over HTTPS, its certificate checked against the stack's CA."""
+    context = ssl.create_default_context(cafile=str(ca) if ca else None)
+    try:
+        with urllib.request.urlopen(f"{url}login", timeout=TIMEOUT, context=context) as answer:
+            status = int(answer.status)
+    except (OSError, ValueError) as error:
+        return Probe("console", "", url, False, f"not answering: {error}")
+    return Probe("console", "", url, status == 200, f"login page HTTP {status}")
+
+
 def mqtt_gateway(gateway: Mapping[str, Any], ca: Path | None) -> list[Probe]:
     """Each listener of one host's gateway, at the MQTT level."""
     found = []
@@ -159,6 +179,8 @@ def probes(deployment: Mapping[str, Any], endpoints: Mapping[str, Any]) -> list[
     if url:
         found.append(prometheus(url))
     ca = endpoints.get("ca") or deployment.get("ca")  # status runs on the deployer
+    if endpoints.get("console"):
+        found.append(console(str(endpoints["console"]), Path(ca) if ca else None))
     for gateway in endpoints.get("mqtt") or []:
         found += mqtt_gateway(gateway, Path(ca) if ca else None)
     for entry in endpoints.get("spark") or []:
