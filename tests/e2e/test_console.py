@@ -72,6 +72,20 @@ def runtime_kept(build_dir: Path, stack: Stack) -> Iterator[Path]:
             shutil.rmtree(secret)
 
 
+def test_the_console_is_supervised_on_loopback_with_a_certificate_of_the_stacks_ca(
+    host: Any, deployment: dict[str, Any], console: Console
+) -> None:
+    assert host.supervisor("enmesh-console").is_running
+    settings = deployment["console"]
+    assert host.socket(f"tcp://{settings['host']}:{settings['port']}").is_listening
+    certificate = settings["certificates"][0]
+    assert host.file(certificate["key"]).mode == 0o600
+    verify = host.run(f"openssl verify -CAfile {deployment['ca']} {certificate['cert']}")
+    assert verify.rc == 0, verify.stderr
+    # The login page over HTTPS, checked against the CA only (Http's context).
+    assert Http(console).request("GET", "/login").status == 200
+
+
 def _client(stack: Stack, identity: str, password: str) -> BlockingConnection:
     options = connect_options(
         stack.urls[0],

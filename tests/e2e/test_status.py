@@ -56,3 +56,12 @@ def test_status_probes_every_mqtt_gateway_listener(
     for url in urls:
         line = next((x for x in result.stdout.splitlines() if f" {url} " in x), "")
         assert line.startswith("  up    mqtt gateway"), result.stdout
+
+
+def test_status_probes_the_console(deployment: dict[str, Any], endpoints: dict[str, Any]) -> None:
+    # The console role recorded its URL for endpoints.json.
+    settings = deployment["console"]
+    assert endpoints["console"] == f"https://{settings['host']}:{settings['port']}/"
+    result = _status(deployment["stack"])
+    line = next((x for x in result.stdout.splitlines() if f" {endpoints['console']} " in x), "")
+    assert line.startswith("  up    console"), result.stdout
