@@ -22,7 +22,7 @@ from enmesh.control.errors import ApplyRefused
 from enmesh.control.output import change_lines
 from enmesh.control.plan import Action, broker_plan
 from enmesh.control.routers import RouterFiles, Signaller, Supervisord, Systemd, converge
-from enmesh.control.target import DEFAULT_RABBITMQCTL, on_this_host
+from enmesh.control.target import DEFAULT_RABBITMQCTL, Target, on_this_host
 
 SUPERVISOR_CONFIG = "/etc/supervisor/supervisord.conf"
 
@@ -36,25 +36,35 @@ def _signaller(manager: str, supervisor_config: str) -> Signaller:
     return Systemd() if systemd else Supervisord(supervisor_config)
 
 
-def _cmd_apply(args: argparse.Namespace) -> int:
-    stack_file = find_stack_file(args.stack, args.stacks_dir)
+def deployed_target(
+    stack_file: Path, *, manager: str, supervisor_config: str, rabbitmq_node: str
+) -> Target:
+    """The stack as `enmesh up` deployed it on this host, to apply to; ApplyRefused if it
+    is not deployed here."""
     stack, _ = load_stack(stack_file)
     deploy_json = Path(stack.spec.paths.config) / "deploy.json"
     try:
         deployment = json.loads(deploy_json.read_text(encoding="utf-8"))
     except OSError:
-        print(
-            f"error: stack {stack.name!r} is not deployed on this host ({deploy_json} is "
-            f"missing): run `enmesh up --stack {args.stack}` first",
-            file=sys.stderr,
-        )
-        return 1
-    manager = args.manager
-    target = on_this_host(
+        raise ApplyRefused(
+            f"stack {stack.name!r} is not deployed on this host ({deploy_json} is missing): "
+            f"run `enmesh up --stack {stack.name}` first"
+        ) from None
+    return on_this_host(
         deployment,
         systemd=manager == "systemd" or (manager == "auto" and _systemd()),
+        supervisor_config=supervisor_config,
+        rabbitmqctl=(*DEFAULT_RABBITMQCTL[:2], rabbitmq_node),
+    )
+
+
+def _cmd_apply(args: argparse.Namespace) -> int:
+    stack_file = find_stack_file(args.stack, args.stacks_dir)
+    target = deployed_target(
+        stack_file,
+        manager=args.manager,
         supervisor_config=args.supervisor_config,
-        rabbitmqctl=(*DEFAULT_RABBITMQCTL[:2], args.rabbitmq_node),
+        rabbitmq_node=args.rabbitmq_node,
     )
     apply_stack(stack_file, target, dry_run=args.dry_run, force=args.force, refresh=args.refresh)
     return 0
@@ -106,7 +116,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _manager_options(parser: argparse.ArgumentParser) -> None:
+def manager_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--manager",
         choices=("auto", "supervisord", "systemd"),
@@ -149,7 +159,7 @@ def add_apply(commands: Any, stacks_dir: Path) -> None:
         "since the last apply (finds queues deleted or changed by hand)",
     )
     apply.add_argument("--rabbitmq-node", default="rabbit@localhost", metavar="NODE")
-    _manager_options(apply)
+    manager_options(apply)
     apply.set_defaults(run=_cmd_apply)
 
 
@@ -163,7 +173,7 @@ def add_reload_step(steps: Any) -> None:
     reload.add_argument(
         "--admission-changed", action="store_true", help="auth/admission.json changed too"
     )
-    _manager_options(reload)
+    manager_options(reload)
     reload.set_defaults(run=_cmd_reload)
 
 

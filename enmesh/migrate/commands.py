@@ -1,4 +1,4 @@
-"""The `enmesh migrate` subcommands: `plan` and `move-stored`."""
+"""The `enmesh migrate` subcommands: `plan`, `prepare` and `move-stored`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from enmesh.compile import find_stack_file
+from enmesh.control.commands import deployed_target, manager_options
 from enmesh.migrate.ends import StackEnd, end_from_stack
 from enmesh.migrate.plan import dumps, make_plan
+from enmesh.migrate.prepare import prepare
 from enmesh.migrate.shovel import move_stored, report
 
 
@@ -23,6 +26,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    source = find_stack_file(args.source, args.stacks_dir)
+    target_file = find_stack_file(args.target, args.stacks_dir)
+    target = deployed_target(
+        target_file,
+        manager=args.manager,
+        supervisor_config=args.supervisor_config,
+        rabbitmq_node=args.to_rabbitmq_node,
+    )
+    print(prepare(source, target_file, target).text())
+    return 0
+
+
 def _cmd_move_stored(args: argparse.Namespace) -> int:
     source, target = _ends(args)
     if args.dry_run:
@@ -35,7 +51,7 @@ def _cmd_move_stored(args: argparse.Namespace) -> int:
 def add_migrate(commands: Any, stacks_dir: Path) -> None:
     migrate = commands.add_parser(
         "migrate",
-        help="move a running service to another stack (plan, move stored messages)",
+        help="move a running service to another stack (plan, prepare, move stored messages)",
         description="Move a running service from stack FROM to stack TO, one step at a time. "
         "Each step can be run again after an interruption. See docs/migrate.md.",
     )
@@ -51,6 +67,16 @@ def add_migrate(commands: Any, stacks_dir: Path) -> None:
         "--dry-run", action="store_true", help="accepted; plan never changes anything"
     )
     plan.set_defaults(run=_cmd_plan)
+    ready = steps.add_parser(
+        "prepare",
+        help="give the target the source's model and users' passwords (enmesh apply)",
+        description="Write the source's model documents the target lacks into the target's "
+        "runtime part, make each messaging user's password on the target the source's, and "
+        "apply the target live. Refuses, changing nothing, if both define a document "
+        "differently. Run it again at will: a second run changes nothing.",
+    )
+    manager_options(ready)
+    ready.set_defaults(run=_cmd_prepare)
     move = steps.add_parser(
         "move-stored",
         help="move every stored message to the same queue on the target (RabbitMQ Shovel)",
@@ -63,7 +89,7 @@ def add_migrate(commands: Any, stacks_dir: Path) -> None:
         "--timeout", type=float, default=3600.0, help="seconds to wait (default 3600)"
     )
     move.set_defaults(run=_cmd_move_stored)
-    for step in (plan, move):
+    for step in (plan, ready, move):
         step.add_argument("--from", dest="source", required=True, metavar="STACK")
         step.add_argument("--to", dest="target", required=True, metavar="STACK")
         step.add_argument("--stacks-dir", type=Path, default=stacks_dir, metavar="DIR")

@@ -1,0 +1,156 @@
+"""`enmesh migrate prepare`: the target gets the source's model and its users' passwords,
+through `enmesh apply`, so that clients change only the URL they connect to.
+
+- **Model.** Every model document of the source (its files in git and its runtime part)
+  that the target lacks, by kind and name, is written to the target's runtime part,
+  `<paths.state>/runtime/migrate.model.yml`, where `enmesh apply`, `enmesh render` and
+  the next `make up` of the target keep it (`enmesh export` moves it into git). A
+  document both have with different contents is a conflict: nothing is written, and the
+  conflicts are named.
+- **Passwords.** Each messaging user's password secret on the target is made the
+  source's (the stack administrator's is each stack's own). The target's routers read
+  them at their next login; connections already open stay.
+- **Apply.** The target is then applied live. If apply fails, the runtime part and the
+  secrets are put back as they were. A second run finds nothing to add or copy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from enmesh.compile import load_stack
+from enmesh.compile.auth import sasl_identity
+from enmesh.compile.stack import runtime_dir
+from enmesh.control.apply import apply_stack
+from enmesh.control.target import Target
+from enmesh.migrate.ends import MigrateError
+from enmesh.model import load_model
+
+RUNTIME_FILE = "migrate.model.yml"
+HEADER = "# The source stack's model documents this stack lacked (`enmesh migrate prepare`).\n"
+
+Key = tuple[str, str]  # kind, metadata.name
+
+
+@dataclass
+class Prepared:
+    added: list[str] = field(default_factory=list)  # "Kind name" of each document written
+    passwords: list[str] = field(default_factory=list)  # identities whose password was copied
+
+    def text(self) -> str:
+        added = ", ".join(self.added) or "none"
+        copied = ", ".join(self.passwords) or "none (all the same already)"
+        return f"documents added to the target: {added}\npasswords copied: {copied}"
+
+
+def documents(files: list[Path]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in files:
+        found += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    return found
+
+
+def _key(document: dict[str, Any]) -> Key:
+    return str(document.get("kind")), str((document.get("metadata") or {}).get("name"))
+
+
+def missing_on_target(
+    source: list[dict[str, Any]], target: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The source's documents the target lacks; MigrateError naming every conflict."""
+    have = {_key(d): d for d in target}
+    conflicts = [" ".join(_key(d)) for d in source if _key(d) in have and have[_key(d)] != d]
+    if conflicts:
+        raise MigrateError(
+            "the target defines these differently from the source (make them the same, in "
+            "git or with `enmesh apply`, then run prepare again; nothing was changed): "
+            + ", ".join(conflicts)
+        )
+    return [d for d in source if _key(d) not in have]
+
+
+class _Password(NamedTuple):
+    identity: str  # user@space
+    target: Path  # its secret file on the target
+    text: str  # its password on the source
+
+
+def _passwords(source_files: list[Path], source_dir: Path, target_dir: Path) -> list[_Password]:
+    """Every messaging user of the source: its password there, its secret on the target."""
+    found = []
+    for tenant in load_model(source_files).tenants:
+        for user in tenant.users:
+            ref = user.spec.authentication.passwordSecret
+            password = _read(source_dir / ref.name / ref.key)
+            if password is None:
+                raise MigrateError(
+                    f"the source has no password for {sasl_identity(tenant, user)} at "
+                    f"{source_dir / ref.name / ref.key}; nothing was changed"
+                )
+            identity = sasl_identity(tenant, user)
+            found.append(_Password(identity, target_dir / ref.name / ref.key, password))
+    return found
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` in one rename, readable by its owner only (as `enmesh deploy secrets`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.migrate")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    temporary.replace(path)
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+def prepare(
+    source_stack_file: Path,
+    target_stack_file: Path,
+    target: Target,
+    *,
+    echo: Callable[[str], None] = print,
+) -> Prepared:
+    source_stack, source_files = load_stack(source_stack_file)
+    target_stack, target_files = load_stack(target_stack_file)
+    missing = missing_on_target(documents(source_files), documents(target_files))
+    source_secrets = Path(source_stack.spec.paths.secrets)
+    passwords = _passwords(source_files, source_secrets, target.secrets_dir)
+    runtime = runtime_dir(target_stack) / RUNTIME_FILE
+    runtime_before = _read(runtime)
+    secrets_before = {p.target: _read(p.target) for p in passwords}
+    changed = [p for p in passwords if secrets_before[p.target] != p.text]
+    try:
+        if missing:
+            runtime.parent.mkdir(parents=True, exist_ok=True)
+            dumped = yaml.safe_dump_all(missing, sort_keys=False, explicit_start=True)
+            runtime.write_text((runtime_before or HEADER) + dumped, encoding="utf-8")
+        for password in changed:
+            _write_private(password.target, password.text)
+        apply_stack(target_stack_file, target, echo=echo)
+    except BaseException:
+        _restore(runtime, runtime_before, False)
+        for password in changed:
+            _restore(password.target, secrets_before[password.target], True)
+        raise
+    return Prepared(
+        added=[" ".join(_key(d)) for d in missing],
+        passwords=sorted(p.identity for p in changed),
+    )
+
+
+def _restore(path: Path, text: str | None, private: bool) -> None:
+    if text is None:
+        path.unlink(missing_ok=True)
+    elif private:
+        _write_private(path, text)
+    else:
+        path.write_text(text, encoding="utf-8")
