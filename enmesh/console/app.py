@@ -27,7 +27,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from enmesh.console import charts, views
+from enmesh.console.address_pages import AddressPages
 from enmesh.console.mesh import Credentials, ManagementLinks, MeshError, Router, check_login
+from enmesh.console.pagination import PAGE_SIZE, Page
 from enmesh.console.runtime import ADDRESS_FIELDS, GENERAL, ChangeError, Changes
 from enmesh.console.sessions import COOKIE, Session, Sessions
 from enmesh.console.user_pages import UserPages
@@ -49,7 +51,11 @@ class Settings:
     target: Callable[[], Target]
     administrator: str | None = None  # SASL identity of the stack administrator
     prometheus: str | None = None  # base URL of the stack's Prometheus, for the charts
+    page_size: int = PAGE_SIZE  # addresses on a page of a space (the tests page with fewer)
     secure_cookies: bool = True
+    # Queue -> messages stored (None: unknown); default: the target's brokers (rabbitmqctl).
+    # On Kubernetes: Prometheus (enmesh.console.kubernetes), as there is no target.
+    stored: Callable[[Tenant], dict[str, int] | None] | None = None
 
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
@@ -61,6 +67,7 @@ class Console:
         self.sessions = Sessions()
         self.changes = Changes(settings.stack_file, settings.target)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.globals["stored_types"] = views.STORED  # None there: "unknown"
 
     # ------------------------------------------------------------------ plumbing
     def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
@@ -101,6 +108,12 @@ class Console:
             return await handler(request, session)
 
         return endpoint
+
+    def stored_messages(self, tenant: Tenant) -> dict[str, int] | None:
+        """Queue -> messages stored, None when they cannot be known (see Settings.stored)."""
+        if self.settings.stored is not None:
+            return self.settings.stored(tenant)
+        return views.stored_messages(self.settings.target(), tenant)
 
     def links(self, session: Session) -> ManagementLinks:
         return session.management(self.settings.ca)
@@ -193,23 +206,35 @@ class Console:
     async def space(self, request: Request, session: Session) -> Response:
         space = request.path_params["space"]
 
-        def gather() -> tuple[Tenant, list[views.AddressRow]]:
-            tenant = self.tenant_of(session, space)
-            routers = views.read_routers(self.settings.routers, self.links(session))
-            stored = views.stored_messages(self.settings.target(), tenant)
-            added = self.changes.source().added_names()
-            return tenant, views.address_rows(tenant, added, routers, stored, self.rates_now(space))
-
-        tenant, rows = await run_in_threadpool(gather)
         query = request.query_params.get("q", "").strip()
-        shown = [r for r in rows if query in r.address] if query else rows
+
+        def gather() -> tuple[Tenant, Page, list[views.AddressRow]]:
+            """Only the shown page's addresses are looked up (no broker read for a page
+            without a stored address)."""
+            tenant = self.tenant_of(session, space)
+            matching = [a for a in tenant.addresses if query in a.spec.address]
+            page = Page.of(request.query_params.get("page"), len(matching), self.settings.page_size)
+            shown = page.items(matching)
+            routers = views.read_routers(self.settings.routers, self.links(session))
+            stored = (
+                (self.stored_messages(tenant) or {})
+                if any(views.is_stored(a) for a in shown)
+                else {}
+            )
+            added = self.changes.source().added_names()
+            rates = self.rates_now(space)
+            rows = views.address_rows(tenant, added, routers, stored, rates, addresses=shown)
+            return tenant, page, rows
+
+        tenant, page, rows = await run_in_threadpool(gather)
         return self.page(
             request,
             "space.html",
             session=session,
             tenant=tenant,
-            rows=shown,
-            total=len(rows),
+            rows=rows,
+            pager=page,
+            total=len(tenant.addresses),
             query=query,
             charts=self.settings.prometheus is not None,
         )
@@ -224,12 +249,17 @@ class Console:
             return None
 
     async def rates(self, request: Request, session: Session) -> Response:
-        space = request.path_params["space"]
-        await run_in_threadpool(self.tenant_of, session, space)
+        """The space's chart data, or one address's (`?address=`, an address of the space)."""
+        space, address = request.path_params["space"], request.query_params.get("address")
+        tenant = await run_in_threadpool(self.tenant_of, session, space)
+        if address is not None and address not in {a.spec.address for a in tenant.addresses}:
+            return JSONResponse({"error": f"no address {address!r} in {space!r}"}, 404)
         if self.settings.prometheus is None:
             return JSONResponse({"error": "this stack's console has no Prometheus"}, 404)
         try:
-            data = await run_in_threadpool(charts.space_rates, self.settings.prometheus, space)
+            data = await run_in_threadpool(
+                charts.space_rates, self.settings.prometheus, space, None, address
+            )
         except charts.PrometheusError as exc:
             return JSONResponse({"error": str(exc)}, 502)
         return JSONResponse(data)
@@ -281,9 +311,10 @@ class Console:
     async def confirm_delete(self, request: Request, session: Session) -> Response:
         space, address = request.path_params["space"], request.path_params["address"]
 
-        def gather() -> tuple[Tenant, int]:
+        def gather() -> tuple[Tenant, int | None]:
             tenant = self.tenant_of(session, space)
-            return tenant, views.stored_count(self.settings.target(), tenant, address)
+            stored = self.stored_messages(tenant)
+            return tenant, None if stored is None else views.stored_count(stored, tenant, address)
 
         tenant, stored = await run_in_threadpool(gather)
         return self.page(
@@ -381,12 +412,13 @@ class Console:
             Route(f"{space}/rates.json", a(self.rates)),
             Route(f"{space}/addresses/new", a(self.new_address)),
             Route(f"{space}/addresses", a(self.create_address, post=True), methods=["POST"]),
-            Route(f"{space}/addresses/{{address}}/delete", a(self.confirm_delete)),
+            Route(f"{space}/addresses/{{address:path}}/delete", a(self.confirm_delete)),
             Route(
-                f"{space}/addresses/{{address}}/delete",
+                f"{space}/addresses/{{address:path}}/delete",
                 a(self.delete_address, post=True),
                 methods=["POST"],
             ),
+            *AddressPages(self).routes(space),
             *UserPages(self).routes(space),
             Route(f"{space}/connections", a(self.connections)),
             Route(

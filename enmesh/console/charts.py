@@ -26,6 +26,11 @@ def _query_range(base: str, query: str, start: float, end: float) -> list[Any]:
     return _api(base, "query_range", query=query, start=start, end=end, step=STEP)
 
 
+def instant(base: str, query: str) -> list[Any]:
+    """An instant query's vector: `[{"metric": {...}, "value": [time, "value"]}, ...]`."""
+    return _api(base, "query", query=query)
+
+
 def _api(base: str, path: str, **params: Any) -> list[Any]:
     query = urllib.parse.urlencode(params)
     try:
@@ -39,19 +44,31 @@ def _api(base: str, path: str, **params: Any) -> list[Any]:
     return result
 
 
-def space_rates(base: str, space: str, now: float | None = None) -> dict[str, Any]:
-    """Chart.js data: minute labels and one dataset per direction, messages per second."""
+def space_rates(
+    base: str, space: str, now: float | None = None, address: str | None = None
+) -> dict[str, Any]:
+    """Chart.js data: minute labels and one dataset per direction, messages per second, of
+    the whole space or of one of its addresses; `empty` when Prometheus has no point."""
     end = int(now if now is not None else time.time())
     start = end - WINDOW
     stamps = list(range(start, end + 1, STEP))
+    # `space` is a validated address-space name ([a-z0-9-]), `address` an address of the
+    # model ([A-Za-z0-9_.-/]): safe inside PromQL's quotes and regex.
+    match = f'address=~"{space}/.*"' if address is None else f'address="{space}/{address}"'
     datasets = []
     for label, record in SERIES.items():
-        # `space` is a validated address-space name ([a-z0-9-]): safe inside the regex.
-        found = _query_range(base, f'sum({record}{{address=~"{space}/.*"}})', start, end)
+        found = _query_range(base, f"sum({record}{{{match}}})", start, end)
         points = {int(float(t)): float(v) for t, v in (found[0]["values"] if found else [])}
         datasets.append({"label": label, "data": [points.get(s) for s in stamps]})
     labels = [time.strftime("%H:%M", time.gmtime(s)) for s in stamps]
-    return {"labels": labels, "datasets": datasets, "unit": "messages/s", "time": "UTC"}
+    empty = all(v is None for d in datasets for v in d["data"])
+    return {
+        "labels": labels,
+        "datasets": datasets,
+        "unit": "messages/s",
+        "time": "UTC",
+        "empty": empty,
+    }
 
 
 def address_rates(base: str, space: str) -> dict[str, tuple[float, float]]:

@@ -1,4 +1,5 @@
-"""`enmesh-console`: serve the console of a stack deployed on this host, over HTTPS."""
+"""`enmesh-console`: serve the console of a stack deployed on this host, over HTTPS; with
+`--kubernetes`, the console of a Kubernetes stack (enmesh.console.kubernetes)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from enmesh.compile import find_stack_file
+from enmesh.console import kubernetes
 from enmesh.console.app import Settings, create_app
 from enmesh.console.mesh import Router
 from enmesh.control.commands import SUPERVISOR_CONFIG
@@ -52,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the stack's Prometheus for the charts (default: the one deploy.json names, if any)",
     )
+    parser.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="the stack runs on Kubernetes: changes are refused (they are `pulumi up`'s), "
+        "messages stored come from --prometheus (deploy.json names none there)",
+    )
     parser.add_argument("--rabbitmq-node", default="rabbit@localhost", metavar="NODE")
     parser.add_argument("--supervisor-config", default=SUPERVISOR_CONFIG, metavar="FILE")
     return parser
@@ -67,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc} (is the stack deployed on this host? `enmesh up`)", file=sys.stderr)
         return 1
 
-    def target() -> Target:
+    def on_host() -> Target:
         return on_this_host(
             deployment,
             systemd=Path("/run/systemd/system").is_dir(),
@@ -75,13 +83,20 @@ def main(argv: list[str] | None = None) -> int:
             rabbitmqctl=(*DEFAULT_RABBITMQCTL[:2], args.rabbitmq_node),
         )
 
+    if args.kubernetes:
+        prometheus = args.prometheus
+        target = kubernetes.refusing_target(deployment["stack"])
+        stored = kubernetes.stored_messages(prometheus)
+    else:
+        prometheus, target, stored = args.prometheus or _prometheus(deployment), on_host, None
     settings = Settings(
         stack_file=stack_file,
         routers=routers_of(deployment),
         ca=Path(deployment["ca"]),
         target=target,
         administrator=args.administrator,
-        prometheus=args.prometheus or _prometheus(deployment),
+        prometheus=prometheus,
+        stored=stored,
     )
     uvicorn.run(
         create_app(settings),

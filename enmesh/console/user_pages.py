@@ -1,6 +1,7 @@
 """The console's pages for the users of a space: list, create (password shown once),
-delete, and a new password (generated and shown once, or chosen), each change through
-the runtime part or the user's secret, then `enmesh apply`."""
+delete, a new password (generated and shown once, or chosen) and its rights (the rules
+of a user the console added), each change through the runtime part or the user's
+secret, then `enmesh apply`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from enmesh.console import passwords
-from enmesh.console.runtime import GENERAL, ChangeError
+from enmesh.console.runtime import GENERAL, OPERATIONS, ChangeError, RuleRow
 from enmesh.console.sessions import Session
 from enmesh.model import Tenant
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from enmesh.console.app import Console
 
 log = logging.getLogger("enmesh.console")
+MAX_RULES = 50  # rule rows read from a rights form
 
 
 class UserPages:
@@ -39,6 +41,8 @@ class UserPages:
             Route(f"{user}/delete", a(self.delete_user, post=True), methods=["POST"]),
             Route(f"{user}/password", a(self.password_form)),
             Route(f"{user}/password", a(self.change_password, post=True), methods=["POST"]),
+            Route(f"{user}/rights", a(self.rights_form)),
+            Route(f"{user}/rights", a(self.edit_rights, post=True), methods=["POST"]),
         ]
 
     async def users(self, request: Request, session: Session) -> Response:
@@ -123,6 +127,70 @@ class UserPages:
             return RedirectResponse(f"/spaces/{tenant.name}/users", 303)
         return self._shown_once(
             request, session, tenant, username, password, status=200, changed=True
+        )
+
+    async def rights_form(self, request: Request, session: Session) -> Response:
+        """The user's rules, one row each, and a blank row for another."""
+        tenant, username = await self._added_user(request, session)
+        user = next(u for u in tenant.users if u.spec.username == username)
+        rows = [
+            RuleRow([op.value for op in rule.operations], " ".join(rule.addresses))
+            for rule in user.spec.authorization
+        ]
+        return self._rights_page(
+            request, session, tenant, username, [*rows, RuleRow([], "")], errors={}
+        )
+
+    async def edit_rights(self, request: Request, session: Session) -> Response:
+        tenant, username = await self._added_user(request, session)
+        form = await request.form()
+        rows = [
+            RuleRow(
+                [str(op) for op in form.getlist(f"operations-{n}")], str(form[f"addresses-{n}"])
+            )
+            for n in range(MAX_RULES)
+            if f"addresses-{n}" in form
+        ]
+        try:
+            errors = await run_in_threadpool(
+                self.console.changes.edit_rights, tenant.name, username, rows
+            )
+        except ChangeError as exc:
+            errors = {GENERAL: [str(exc)]}
+        if errors:
+            return self._rights_page(request, session, tenant, username, rows, errors=errors)
+        log.info("rights of %s@%s changed", username, tenant.name)
+        session.flash.append(f"rights of {username}@{tenant.name} changed")
+        return RedirectResponse(f"/spaces/{tenant.name}/users", 303)
+
+    async def _added_user(self, request: Request, session: Session) -> tuple[Tenant, str]:
+        """A user of the space that the console added (a user in git is changed in git)."""
+        tenant, username = await self._user(request, session)
+        added = await run_in_threadpool(lambda: self.console.changes.source().added_names())
+        if f"{tenant.name}.{username}" not in added:
+            raise HTTPException(409, f"{username}@{tenant.name} is defined in git: change it there")
+        return tenant, username
+
+    def _rights_page(
+        self,
+        request: Request,
+        session: Session,
+        tenant: Tenant,
+        username: str,
+        rows: list[RuleRow],
+        *,
+        errors: dict[str, list[str]],
+    ) -> Response:
+        return self.console.form_page(
+            request,
+            "user_rights.html",
+            session,
+            tenant,
+            values={},
+            errors=errors,
+            username=username,
+            rows=rows,
+            operations=OPERATIONS,
         )
 
     async def _user(self, request: Request, session: Session) -> tuple[Tenant, str]:

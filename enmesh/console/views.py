@@ -21,6 +21,7 @@ from enmesh.console.mesh import (
 )
 from enmesh.control.brokers import BrokerError, queue_depths
 from enmesh.control.target import Target
+from enmesh.model import Address as ModelAddress
 from enmesh.model import Model, SpaceType, Tenant
 
 log = logging.getLogger("enmesh.console")
@@ -149,25 +150,39 @@ def _queue(tenant: Tenant, address: str) -> str:
     return address
 
 
+def endpoint_links(space: str, views: list[RouterView]) -> dict[str, list[dict[str, Any]]]:
+    """Address (without the space) -> its endpoint links on every router, each with the
+    `router` it is on: one pass over the links, whatever the number of addresses."""
+    prefix, found = f"{space}/", dict[str, list[dict[str, Any]]]()
+    for view in views:
+        for link in view.links:
+            # qdrouterd's hash key: class and phase, then the address (M0iot/x, M1iot/x)
+            key = str(link.get("owningAddr") or "")[2:]
+            if link.get("linkType") == "endpoint" and key.startswith(prefix):
+                entry = {**link, "router": view.router.id}
+                found.setdefault(key.removeprefix(prefix), []).append(entry)
+    return found
+
+
+def is_stored(address: ModelAddress) -> bool:
+    return address.spec.type.value in STORED
+
+
 def address_rows(
     tenant: Tenant,
     added: set[str],
     views: list[RouterView],
     stored: dict[str, int],
     rates: dict[str, tuple[float, float]] | None = None,
+    *,
+    addresses: list[ModelAddress] | None = None,
 ) -> list[AddressRow]:
+    """The rows of `addresses` (default: all the space's), e.g. one page of them."""
     rows = []
-    for address in tenant.addresses:
+    by_address = endpoint_links(tenant.name, views)
+    for address in tenant.addresses if addresses is None else addresses:
         spec = address.spec
-        key = f"{tenant.name}/{spec.address}"
-        links = [
-            link
-            for view in views
-            for link in view.links
-            if link.get("linkType") == "endpoint"
-            # qdrouterd's hash key: class and phase, then the address (M0iot/x, M1iot/x)
-            and str(link.get("owningAddr") or "")[2:] == key
-        ]
+        links = by_address.get(spec.address, [])
         settings = ", ".join(
             f"{name} {value}"
             for name, value in (
@@ -187,17 +202,16 @@ def address_rows(
                 added=address.name in added,
                 consumers=sum(1 for link in links if link.get("linkDir") == "out"),
                 producers=sum(1 for link in links if link.get("linkDir") == "in"),
-                stored=stored.get(_queue(tenant, spec.address))
-                if spec.type.value in STORED
-                else None,
+                stored=stored.get(_queue(tenant, spec.address)) if is_stored(address) else None,
                 rates=None if rates is None else rates.get(spec.address, (0.0, 0.0)),
             )
         )
     return rows
 
 
-def stored_count(target: Target, tenant: Tenant, address: str) -> int:
-    return stored_messages(target, tenant).get(_queue(tenant, address), 0)
+def stored_count(stored: dict[str, int], tenant: Tenant, address: str) -> int:
+    """The messages `address` holds, from `stored_messages`'s count."""
+    return stored.get(_queue(tenant, address), 0)
 
 
 def visible_tenants(model: Model, space: str | None) -> list[Tenant]:

@@ -31,6 +31,7 @@ Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi
 DnsLabel = Annotated[
     str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ]
+PrometheusUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$")]
 DnsName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9*]([-a-z0-9.]*[a-z0-9])?$")]
 KubernetesVersion = Annotated[str, StringConstraints(pattern=r"^1\.[0-9]{2}$")]
 _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
@@ -113,6 +114,10 @@ class KubeStackConfig(BaseModel):
     prometheusOperator: bool = False  # noqa: N815
     # Labels the operator's Prometheus selects monitors and rules by (e.g. release: ...).
     monitorLabels: list[LabelPair] = Field(default_factory=list)  # noqa: N815
+    # The web console (enmesh-console): reads, and closes connections; no model changes.
+    console: bool = True
+    # A Prometheus that scrapes the stack, for the console's charts and stored counts.
+    consolePrometheus: PrometheusUrl | None = None  # noqa: N815
     region: str | None = None
     nodeCount: Annotated[int, Field(ge=1, le=100)] | None = None  # noqa: N815
     nodeSize: str | None = None  # noqa: N815
@@ -152,6 +157,11 @@ class KubeStackConfig(BaseModel):
             problems.append(
                 f"{NAMESPACE}:monitorLabels: only with {NAMESPACE}:prometheusOperator: true "
                 "(without the operator no monitors are created)"
+            )
+        if self.consolePrometheus is not None and not self.console:
+            problems.append(
+                f"{NAMESPACE}:consolePrometheus: only with {NAMESPACE}:console: true "
+                "(the console is its only reader)"
             )
         if problems:
             raise ValueError("; ".join(sorted(set(problems))))

@@ -47,10 +47,8 @@ class MqttGateway(pulumi.ComponentResource):
         super().__init__("enmesh:k8s:MqttGateway", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         names = layout.names
-        selector = w.labels(names.stack, "mqtt-gateway")
-        object_meta = w.metadata(gateway_name(names.stack), names.namespace, selector)
-        account = w.service_account(
-            gateway_name(names.stack), names.namespace, selector, False, child
+        selector, object_meta, account = w.identity(
+            names.stack, names.namespace, "mqtt-gateway", gateway_name(names.stack), child
         )
         addresses = core.ConfigMap(
             f"{name}-addresses",
@@ -95,7 +93,7 @@ class MqttGateway(pulumi.ComponentResource):
                 template=core.PodTemplateSpecArgs(
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=selector),
                     spec=core.PodSpecArgs(
-                        service_account_name=account.metadata.apply(lambda m: str(m.name)),
+                        service_account_name=account,
                         automount_service_account_token=False,
                         security_context=w.pod_security(GATEWAY_USER),
                         affinity=w.spread(selector),

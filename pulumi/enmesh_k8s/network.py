@@ -1,9 +1,11 @@
 """`Namespace` and `NetworkPolicies`: tenancy of the stack in the cluster.
 
-Ingress is denied by default; clients reach only the routers' AMQP ports and the MQTT
-gateway's ports (the gateway reaches the routers as any AMQP client does), only routers
-reach the brokers, brokers reach each other for clustering, only Keycloak reaches its
-database, and metrics are open to namespaces labelled `enmesh.io/monitoring: "true"`.
+Ingress is denied by default; clients reach only the routers' AMQP ports, the MQTT
+gateway's ports (the gateway reaches the routers as any AMQP client does) and the
+console's HTTPS port (the console reaches every router pod's amqps port, named as a peer
+so that a CNI whose ipBlock matches no pod lets it in), only routers reach the brokers,
+brokers reach each other for clustering, only Keycloak reaches its database, and metrics
+are open to namespaces labelled `enmesh.io/monitoring: "true"`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from enmesh.k8s.layout import BROKER_PORTS, PORTS, KubeNames
+from enmesh_k8s.console import PORT as CONSOLE_HTTPS
 from enmesh_k8s.mqtt_gateway import MQTT_PORTS
 from enmesh_k8s.workload import labels
 
@@ -42,14 +45,22 @@ def namespace(names: KubeNames, opts: pulumi.ResourceOptions) -> k8s.core.v1.Nam
 
 class NetworkPolicies(pulumi.ComponentResource):
     def __init__(
-        self, name: str, names: KubeNames, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        names: KubeNames,
+        *,
+        console: bool,
+        opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("enmesh:k8s:NetworkPolicies", name, None, opts)
         self._names = names
         self._opts = pulumi.ResourceOptions(parent=self)
-        components = ("router", "broker", "keycloak", "keycloak-db", "mqtt-gateway")
+        components = ("router", "broker", "keycloak", "keycloak-db", "mqtt-gateway", "console")
         pods = {c: _pods(names.stack, c) for c in components}
         anyone = net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr="0.0.0.0/0"))
+        amqp_clients = [anyone, _peer(pods["router"])]
+        if console:
+            amqp_clients.append(_peer(pods["console"]))
         monitoring = net.NetworkPolicyPeerArgs(
             namespace_selector=meta.LabelSelectorArgs(match_labels=MONITORING)
         )
@@ -58,7 +69,7 @@ class NetworkPolicies(pulumi.ComponentResource):
             "router",
             pods["router"],
             [
-                _rule([anyone, _peer(pods["router"])], [PORTS["amqps"], PORTS["amqp"]]),
+                _rule(amqp_clients, [PORTS["amqps"], PORTS["amqp"]]),
                 _rule([_peer(pods["router"])], [PORTS["interRouter"]]),
                 _rule([monitoring], [PORTS["metrics"]]),
             ],
@@ -82,6 +93,8 @@ class NetworkPolicies(pulumi.ComponentResource):
         self._policy(
             "keycloak-db", pods["keycloak-db"], [_rule([_peer(pods["keycloak"])], [POSTGRES])]
         )
+        if console:
+            self._policy("console", pods["console"], [_rule([anyone], [CONSOLE_HTTPS])])
         self.register_outputs({})
 
     def _policy(

@@ -17,6 +17,7 @@ from enmesh.compile.layout import ROUTER_BROKER_SECRET
 from enmesh.k8s.config import KubeStackConfig, StackConfigError, parse_config
 from enmesh.k8s.layout import KubeLayout, kube_layout
 from enmesh.model import ModelInvalidError
+from enmesh_k8s import console
 from enmesh_k8s.broker_cluster import BrokerCluster
 from enmesh_k8s.cluster import Cluster
 from enmesh_k8s.credentials import Credentials
@@ -50,12 +51,16 @@ def _certificates(layout: KubeLayout, config: KubeStackConfig) -> dict[str, list
 
     names = layout.names
     keycloak = [names.service_host(names.keycloak), names.keycloak, *config.dnsNames]
-    return {
+    groups = {
         "router": specs(deployment["routers"]),
         "broker": specs(deployment["brokers"]),
         "keycloak": [CertificateSpec("keycloak", sorted(set(keycloak)))],
         "mqtt": [CertificateSpec(CERTIFICATE, certificate_names(layout, list(config.dnsNames)))],
     }
+    if config.console:
+        console_names = console.certificate_names(layout, list(config.dnsNames))
+        groups["console"] = [CertificateSpec(console.CERTIFICATE, console_names)]
+    return groups
 
 
 def main() -> None:
@@ -78,7 +83,7 @@ def build() -> dict[str, Any]:
         "credentials", stack=stack, namespace=names.namespace, secrets=secrets, opts=opts
     )
     tls = Tls("tls", stack, names.namespace, _certificates(layout, config), opts=opts)
-    NetworkPolicies("network", names, opts=opts)
+    NetworkPolicies("network", names, console=config.console, opts=opts)
     mesh = RouterMesh(
         "router",
         layout=layout,
@@ -125,6 +130,15 @@ def build() -> dict[str, Any]:
         "keycloakUrl": keycloak.url,
         "keycloakAdminSecret": keycloak.admin_secret_name,
     }
+    if config.console:
+        outputs["consoleUrl"] = console.Console(
+            "console",
+            layout=layout,
+            config=config,
+            models=[STACKS_DIR / model for model in config.models],
+            tls_secret=tls.secret_names["console"],
+            opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[ns, mesh]),
+        ).url
     if cluster.kubeconfig is not None:
         outputs["kubeconfig"] = cluster.kubeconfig
     return outputs

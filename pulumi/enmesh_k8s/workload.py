@@ -192,6 +192,21 @@ def spread(selector: Mapping[str, str]) -> core.AffinityArgs:
     )
 
 
+def identity(
+    stack: str,
+    namespace: pulumi.Input[str],
+    component: str,
+    name: str,
+    opts: pulumi.ResourceOptions,
+) -> tuple[dict[str, str], meta.ObjectMetaArgs, pulumi.Output[str]]:
+    """A workload that calls no API: its pods' labels, its objects' metadata, and the name
+    of its own ServiceAccount (without a token)."""
+    selector = labels(stack, component)
+    account = service_account(name, namespace, selector, False, opts)
+    account_name = account.metadata.apply(lambda m: str(m.name))
+    return selector, metadata(name, namespace, selector), account_name
+
+
 def service_account(
     name: str,
     namespace: pulumi.Input[str],

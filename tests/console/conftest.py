@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.console import OPS, Console, browser, serve_console
+from tests.support.browser import chromium_session
+from tests.support.console import OPS, Console, serve_console
 from tests.support.mesh import SAMPLE_MODEL, Mesh, build_mesh
 from tests.support.prometheus import run_prometheus
 from tests.support.qdmanage import ADMINISTRATOR, add_administrator
@@ -62,11 +63,7 @@ def console(mesh: Mesh) -> Iterator[Console]:
 
 @pytest.fixture(scope="package")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    chromium = browser(tmp_path_factory.mktemp("chromium"))
-    try:
-        yield chromium
-    finally:
-        chromium.quit()
+    yield from chromium_session(tmp_path_factory)
 
 
 @pytest.fixture

@@ -12,13 +12,12 @@ from typing import Any
 
 from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
-from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.router.conftest import account
 from tests.router.test_metrics import send
 from tests.support.amqp import Account
+from tests.support.browser import click, close_connection, log_in, new_address, new_user, text
 from tests.support.console import Console, Http, save_screenshot
 from tests.support.mesh import Mesh, wait_until
 from tests.support.qdmanage import ADMINISTRATOR
@@ -28,29 +27,6 @@ def ops(mesh: Mesh) -> tuple[str, str]:
     password = (mesh.secrets_dir / "iot-ops" / "password").read_text().strip()
     mesh.passwords.setdefault("ops@iot", password)
     return "ops@iot", password
-
-
-def log_in(driver: Any, console: Console, username: str, password: str) -> None:
-    driver.delete_all_cookies()
-    driver.get(console.url + "/login")
-    driver.find_element(By.ID, "username").send_keys(username)
-    driver.find_element(By.ID, "password").send_keys(password)
-    click(driver, driver.find_element(By.ID, "login"))
-
-
-def click(driver: Any, element: Any) -> None:
-    """Click, then wait for the next page (a form's POST may apply: seconds)."""
-    driver.execute_script("window.enmeshOldPage = true")  # gone once the next page loads
-    element.click()
-    WebDriverWait(driver, 60, ignored_exceptions=[WebDriverException]).until(
-        lambda d: d.execute_script(
-            "return document.readyState === 'complete' && !window.enmeshOldPage"
-        )
-    )
-
-
-def text(driver: Any, selector: str) -> str:
-    return str(driver.find_element(By.CSS_SELECTOR, selector).text)
 
 
 def test_a_wrong_password_and_a_user_without_manage_are_refused(
@@ -91,31 +67,19 @@ def test_a_tenant_sees_only_its_own_space(driver: Any, console: Console, mesh: M
     assert driver.current_url.endswith("/login")
 
 
-def _new_address(driver: Any, console: Console, **fields: str) -> None:
-    driver.get(console.url + "/spaces/iot/addresses/new")
-    for name, value in fields.items():
-        element = driver.find_element(By.ID, name)
-        if element.tag_name == "select":
-            Select(element).select_by_value(value)
-        else:
-            element.clear()
-            element.send_keys(value)
-    click(driver, driver.find_element(By.ID, "create"))
-
-
 def test_the_models_messages_show_at_their_fields_and_nothing_is_applied(
     driver: Any, console: Console, mesh: Mesh, runtime_file: Path
 ) -> None:
     before = runtime_file.read_text() if runtime_file.exists() else None
     log_in(driver, console, *ops(mesh))
-    _new_address(driver, console, address="bad name!", type="anycast", plan="standard-anycast")
+    new_address(driver, console, address="bad name!", type="anycast", plan="standard-anycast")
     assert text(driver, "#address-error") == (
         "expected an AMQP address of letters, digits, '_', '.', '-' and '/', got 'bad name!'"
     )
     save_screenshot(driver, "address-invalid")
-    _new_address(driver, console, address="telemetry", type="anycast", plan="standard-anycast")
+    new_address(driver, console, address="telemetry", type="anycast", plan="standard-anycast")
     assert "duplicate address 'telemetry'" in text(driver, "#address-error")
-    _new_address(
+    new_address(
         driver,
         console,
         address="jobs-audit",
@@ -124,9 +88,9 @@ def test_the_models_messages_show_at_their_fields_and_nothing_is_applied(
         topic="no-such-topic",
     )
     assert "no-such-topic" in text(driver, "#topic-error")
-    _new_address(driver, console, address="jobs-x", type="queue", plan="standard-anycast")
+    new_address(driver, console, address="jobs-x", type="queue", plan="standard-anycast")
     assert "standard-anycast" in text(driver, "#plan-error")
-    _new_address(
+    new_address(
         driver, console, address="jobs-y", type="queue", plan="standard-queue", ttlSeconds="soon"
     )
     assert "integer" in text(driver, "#ttlSeconds-error")
@@ -142,7 +106,7 @@ def test_create_a_queue_use_it_and_delete_it(
     driver: Any, console: Console, mesh: Mesh, runtime_file: Path
 ) -> None:
     log_in(driver, console, *ops(mesh))
-    _new_address(
+    new_address(
         driver, console, address="jobs", type="queue", plan="standard-queue", maxDeliveries="3"
     )
     assert text(driver, ".flash") == "address jobs created"
@@ -202,17 +166,21 @@ def test_the_administrator_sees_every_space_and_closes_a_connection(
         assert driver.current_url.endswith("/spaces")
         spaces = driver.find_elements(By.CSS_SELECTOR, "#spaces tbody tr")
         assert [row.text.split()[0] for row in spaces] == ["acme", "iot"]
-        driver.get(console.url + "/spaces/iot/connections")
-        rows = driver.find_elements(By.CSS_SELECTOR, "#router-test-router-0 tr.connection")
-        mine = [row for row in rows if row.get_attribute("data-user") == identity]
-        assert len(mine) == 1, [row.text for row in rows]
-        save_screenshot(driver, "connections")
-        click(driver, mine[0].find_element(By.CSS_SELECTOR, "button.close"))
-        assert "closed" in text(driver, ".flash")
+        rows = "#router-test-router-0 tr.connection"
+        close_connection(driver, console, identity, rows, "connections")
         wait_until(closed, 10, "the client's connection to be closed")
     finally:
         with contextlib.suppress(ConnectionException):
             client.close()
+
+
+def _peak_in(http: Http, address: str | None = None) -> float | None:
+    """The highest rate of messages in over the last hour on the chart (None: no point)."""
+    query = f"?address={address}" if address else ""
+    reply = http.request("GET", f"/spaces/iot/rates.json{query}")
+    assert reply.status == 200
+    series = json.loads(reply.read())["datasets"][0]["data"]
+    return max((value for value in series if value is not None), default=None)
 
 
 def test_the_space_page_charts_the_last_hour_from_prometheus(
@@ -222,10 +190,7 @@ def test_the_space_page_charts_the_last_hour_from_prometheus(
     assert http.login("ops@iot", admin_mesh.passwords["ops@iot"]).status == 303
 
     def messages_in() -> float | None:
-        reply = http.request("GET", "/spaces/iot/rates.json")
-        assert reply.status == 200
-        series = json.loads(reply.read())["datasets"][0]["data"]
-        return max((value for value in series if value is not None), default=None)
+        return _peak_in(http)
 
     # A recorded rate (two samples) before the messages, so rate() sees them arrive.
     wait_until(lambda: messages_in() is not None, 30, "Prometheus to record a first rate")
@@ -241,25 +206,36 @@ def test_the_space_page_charts_the_last_hour_from_prometheus(
     save_screenshot(driver, "space")
 
 
+def test_an_address_page_charts_that_addresss_last_hour(
+    driver: Any, admin_console: Console, admin_mesh: Mesh
+) -> None:
+    http = Http(admin_console)
+    assert http.login("ops@iot", admin_mesh.passwords["ops@iot"]).status == 303
+    wait_until(lambda: _peak_in(http, "telemetry") is not None, 30, "a first rate of telemetry")
+    send(admin_mesh, 40, producer_at=0, consumer_at=0)  # into iot/telemetry
+    wait_until(lambda: (_peak_in(http, "telemetry") or 0) > 0, 30, "telemetry's rate")
+    assert (_peak_in(http, "broadcast") or 0) == 0  # the chart of one address, not the space's
+    log_in(driver, admin_console, "ops@iot", admin_mesh.passwords["ops@iot"])
+    click(driver, driver.find_element(By.CSS_SELECTOR, "#address-telemetry a.address"))
+    assert driver.current_url.endswith("/spaces/iot/addresses/telemetry")
+    drawn = "return Chart.getChart(document.getElementById('rates-chart'))?.data.datasets"
+    wait_until(lambda: driver.execute_script(drawn + ".length") == 2, 15, "the address's chart")
+    points = driver.execute_script(drawn + "[0].data")
+    assert max(value or 0 for value in points) > 0
+    save_screenshot(driver, "address-chart")
+
+
 def test_create_a_user_connect_with_the_shown_password_then_delete_it(
     driver: Any, console: Console, mesh: Mesh, runtime_file: Path
 ) -> None:
     log_in(driver, console, *ops(mesh))
 
-    def new_user(username: str, operations: list[str], addresses: str) -> None:
-        driver.get(console.url + "/spaces/iot/users/new")
-        driver.find_element(By.ID, "username").send_keys(username)
-        for operation in operations:
-            driver.find_element(By.ID, f"op-{operation}").click()
-        driver.find_element(By.ID, "addresses").send_keys(addresses)
-        click(driver, driver.find_element(By.ID, "create"))
-
-    new_user("Bad_Name", ["send"], "jobs*")
+    new_user(driver, console, "Bad_Name", ["send"], "jobs*")
     assert "Bad_Name" in text(driver, "#username-error")
-    new_user("jobs-app", ["send"], "")
+    new_user(driver, console, "jobs-app", ["send"], "")
     assert "need at least one address pattern" in text(driver, "#operations-error")
     assert "jobs-app" not in (runtime_file.read_text() if runtime_file.exists() else "")
-    new_user("jobs-app", ["send", "recv"], "jobs*")
+    new_user(driver, console, "jobs-app", ["send", "recv"], "jobs*")
     password = text(driver, "#password")
     assert len(password) >= 16
     save_screenshot(driver, "user-created")

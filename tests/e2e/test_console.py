@@ -24,8 +24,16 @@ from enmesh.clients import connect_options
 from enmesh.compile import load_stack
 from enmesh.compile.stack import runtime_dir
 from enmesh.deploy.smoke import Stack
-from tests.support.browser import click, log_in, new_address, new_user, text
-from tests.support.console import Console, Http, browser, save_screenshot
+from tests.support.browser import (
+    chromium_session,
+    click,
+    close_connection,
+    log_in,
+    new_address,
+    new_user,
+    text,
+)
+from tests.support.console import Console, Http, save_screenshot
 from tests.support.mesh import wait_until
 
 MANAGER = "backend@iot"  # the iot space's user with `manage` (stacks/iot.model.yml)
@@ -41,11 +49,7 @@ def console(endpoints: dict[str, Any]) -> Console:
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    chromium = browser(tmp_path_factory.mktemp("chromium"))
-    try:
-        yield chromium
-    finally:
-        chromium.quit()
+    yield from chromium_session(tmp_path_factory)
 
 
 @pytest.fixture
@@ -138,13 +142,7 @@ def _send_five_then_close_as_administrator(
         save_screenshot(driver, "e2e-stored")
         secret = stack.secrets_dir / administrator["secret"] / administrator["key"]
         log_in(driver, console, administrator["identity"], secret.read_text().strip())
-        driver.get(console.url + "/spaces/iot/connections")
-        rows = driver.find_elements(By.CSS_SELECTOR, "tr.connection")
-        mine = [row for row in rows if row.get_attribute("data-user") == identity]
-        assert len(mine) == 1, [row.text for row in rows]
-        save_screenshot(driver, "e2e-connections")
-        click(driver, mine[0].find_element(By.CSS_SELECTOR, "button.close"))
-        assert "closed" in text(driver, ".flash")
+        close_connection(driver, console, identity, "tr.connection", "e2e-connections")
         wait_until(closed, 15, "the client's connection to be closed")
     finally:
         with contextlib.suppress(ConnectionException):

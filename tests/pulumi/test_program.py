@@ -67,8 +67,8 @@ def test_every_container_is_limited_probed_and_unprivileged(stack: str) -> None:
     workloads = [o for o in capture.objects if pod_spec(o) is not None]
     assert {o["kind"] for o in workloads} == {"StatefulSet", "Deployment"}
     # router (+ its sasldb init container and sidecar), rabbitmq, keycloak, postgres,
-    # mqtt gateway
-    assert sum(1 for o in workloads for _ in containers(o)) == 7
+    # mqtt gateway, console
+    assert sum(1 for o in workloads for _ in containers(o)) == 8
     assert hardening_problems(capture.objects) == []
     for obj in workloads:
         spec = pod_spec(obj)
@@ -316,6 +316,7 @@ def test_only_the_brokers_service_account_gets_an_api_token(stack: str) -> None:
         f"{stack}-keycloak": False,
         f"{stack}-keycloak-db": False,
         f"{stack}-mqtt": False,
+        f"{stack}-console": False,
     }
 
 
@@ -342,8 +343,9 @@ def test_network_policies_let_only_routers_reach_brokers(stack: str) -> None:
         if any("ipBlock" in peer for peer in rule["from"])
     ]
     open_ports = sorted(p["port"] for rule in open_rules for p in rule["ports"])
-    # router AMQP, the MQTT gateway (TCP, TLS, WebSocket, WebSocket+TLS) and Keycloak
-    assert open_ports == [1883, 5671, 5672, 8083, 8084, 8443, 8883]
+    # router AMQP, the MQTT gateway (TCP, TLS, WebSocket, WebSocket+TLS), Keycloak and
+    # the console (both 8443)
+    assert open_ports == [1883, 5671, 5672, 8083, 8084, 8443, 8443, 8883]
 
 
 def test_keycloak_realm_holds_the_model_users_and_their_groups() -> None:

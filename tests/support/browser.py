@@ -3,13 +3,24 @@ own browser tests (tests/console) and the running stack's (tests/e2e/test_consol
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.support.console import Console
+from tests.support.console import Console, browser, save_screenshot
+
+
+def chromium_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A fixture's body: one headless Chromium, quit when the fixture's scope ends."""
+    chromium = browser(tmp_path_factory.mktemp("chromium"))
+    try:
+        yield chromium
+    finally:
+        chromium.quit()
 
 
 def log_in(driver: Any, console: Console, username: str, password: str) -> None:
@@ -64,3 +75,15 @@ def new_user(
         driver.find_element(By.ID, f"op-{operation}").click()
     driver.find_element(By.ID, "addresses").send_keys(addresses)
     click(driver, driver.find_element(By.ID, "create"))
+
+
+def close_connection(driver: Any, console: Console, identity: str, rows: str, shot: str) -> None:
+    """As the administrator: on the connections page, `identity`'s one connection among the
+    rows `rows` (a CSS selector) is closed with its button; the page says so."""
+    driver.get(console.url + "/spaces/iot/connections")
+    found = driver.find_elements(By.CSS_SELECTOR, rows)
+    mine = [row for row in found if row.get_attribute("data-user") == identity]
+    assert len(mine) == 1, [row.text for row in found]
+    save_screenshot(driver, shot)
+    click(driver, mine[0].find_element(By.CSS_SELECTOR, "button.close"))
+    assert "closed" in text(driver, ".flash")

@@ -11,7 +11,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.client import HTTPResponse
@@ -24,6 +24,7 @@ from selenium.webdriver.chrome.service import Service
 
 from enmesh.console.app import Settings, create_app
 from enmesh.console.main import routers_of
+from enmesh.console.pagination import PAGE_SIZE
 from enmesh.control.routers import Processes
 from enmesh.control.target import from_deployment
 from tests.support.apply_target import mesh_target, stack_file
@@ -62,7 +63,10 @@ class Console:
 
 @contextmanager
 def serve_console(
-    mesh: Mesh, administrator: str | None = None, prometheus: str | None = None
+    mesh: Mesh,
+    administrator: str | None = None,
+    prometheus: str | None = None,
+    page_size: int = PAGE_SIZE,
 ) -> Iterator[Console]:
     """The console of `mesh`, on a free port, until the block ends."""
     pki = mesh.extra["pki"]
@@ -81,6 +85,7 @@ def serve_console(
         ),
         administrator=administrator,
         prometheus=prometheus,
+        page_size=page_size,
     )
     port = free_port_block(1)
     config = uvicorn.Config(
@@ -125,8 +130,11 @@ class Http:
         self.cookies: dict[str, str] = {}
         self.set_cookie_headers: list[str] = []
 
-    def request(self, method: str, path: str, form: dict[str, str] | None = None) -> HTTPResponse:
-        data = urllib.parse.urlencode(form).encode() if form is not None else None
+    def request(
+        self, method: str, path: str, form: Mapping[str, str | list[str]] | None = None
+    ) -> HTTPResponse:
+        """`form`: a field given a list is sent once per item (checkboxes)."""
+        data = urllib.parse.urlencode(form, doseq=True).encode() if form is not None else None
         request = urllib.request.Request(self.console.url + path, data=data, method=method)
         if self.cookies:
             request.add_header("Cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
