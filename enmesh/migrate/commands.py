@@ -1,4 +1,4 @@
-"""The `enmesh migrate` subcommands: `plan`, `prepare` and `move-stored`."""
+"""The `enmesh migrate` subcommands: `plan`, `prepare`, `move-stored` and `finish`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Any
 
 from enmesh.compile import find_stack_file
 from enmesh.control.commands import deployed_target, manager_options
+from enmesh.deploy import stackctl
 from enmesh.migrate.ends import StackEnd, end_from_stack
+from enmesh.migrate.finish import remaining
 from enmesh.migrate.plan import dumps, make_plan
 from enmesh.migrate.prepare import prepare
 from enmesh.migrate.shovel import move_stored, report
@@ -48,10 +50,23 @@ def _cmd_move_stored(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_finish(args: argparse.Namespace) -> int:
+    source, _ = _ends(args)
+    left = remaining(source, Path(source.deployment["paths"]["secrets"]))
+    print(left.text(source.name))
+    if not left.empty:
+        return 1
+    if args.purge:
+        project_dir = args.stacks_dir.resolve().parent
+        return stackctl.down(stackctl.Project(project_dir, args.source), purge=True)
+    print(f"Remove it with `enmesh down --stack {args.source} --purge` (or finish --purge).")
+    return 0
+
+
 def add_migrate(commands: Any, stacks_dir: Path) -> None:
     migrate = commands.add_parser(
         "migrate",
-        help="move a running service to another stack (plan, prepare, move stored messages)",
+        help="move a running service to another stack (plan, prepare, move-stored, finish)",
         description="Move a running service from stack FROM to stack TO, one step at a time. "
         "Each step can be run again after an interruption. See docs/migrate.md.",
     )
@@ -89,7 +104,18 @@ def add_migrate(commands: Any, stacks_dir: Path) -> None:
         "--timeout", type=float, default=3600.0, help="seconds to wait (default 3600)"
     )
     move.set_defaults(run=_cmd_move_stored)
-    for step in (plan, ready, move):
+    finish = steps.add_parser(
+        "finish",
+        help="whether the source holds no messages and no clients; --purge removes it then",
+        description="Check that every queue of the source's brokers is empty and no client "
+        "is connected to its routers; say what remains if not (exit 1). With --purge and "
+        "nothing left, remove the source (`enmesh down --purge`), never before.",
+    )
+    finish.add_argument(
+        "--purge", action="store_true", help="remove the source stack once it is empty"
+    )
+    finish.set_defaults(run=_cmd_finish)
+    for step in (plan, ready, move, finish):
         step.add_argument("--from", dest="source", required=True, metavar="STACK")
         step.add_argument("--to", dest="target", required=True, metavar="STACK")
         step.add_argument("--stacks-dir", type=Path, default=stacks_dir, metavar="DIR")
