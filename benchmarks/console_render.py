@@ -4,8 +4,8 @@ A real router (the space's addresses configured in it) behind the console over H
 page reads the model (git + runtime part), the router's connections and links through AMQP
 management, and renders the table: its first page of 50 rows (and, apart, its last
 page). Measured from the client over loopback, so an upper bound of the server-side time.
-No broker runs here: asking RabbitMQ for the stored counts is one `rabbitmqctl
-list_queues` per page whatever the number of addresses, measured apart (`--with-broker`).
+No broker runs here: asking RabbitMQ for the stored counts adds one `rabbitmqctl
+list_queues` per page whatever the number of addresses (not measured here).
 Target: < 500 ms. Results to benchmarks/results/console_render.json.
 
     .venv/bin/python benchmarks/console_render.py [--addresses 1000] [--requests 20]
