@@ -37,12 +37,15 @@ def listen_host(layout: Layout) -> str:
     return layout.stack.spec.console.host or layout.routers[0].host
 
 
-def settings(layout: Layout) -> dict[str, str | int] | None:
-    """`deploy.json`'s `console` (without its certificate), or None when it does not run."""
+def settings(layout: Layout) -> dict[str, str | int | bool] | None:
+    """`deploy.json`'s `console` (without its certificate), or None when it does not run.
+    `requested`: the stack file asked for it (else it is on by default, and the role
+    leaves it out with a warning where it cannot run, on a host reached over SSH)."""
     if not enabled(layout):
         return None
     return {
         "host": listen_host(layout),
         "port": layout.stack.spec.console.port,
         "administrator": administrator.IDENTITY,
+        "requested": layout.stack.spec.console.enabled is True,
     }

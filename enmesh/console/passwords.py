@@ -11,12 +11,11 @@ console added are changed alike (the password is not part of the model).
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from enmesh.console.runtime import ChangeError, Changes
 from enmesh.control.apply import apply_stack
-from enmesh.deploy.secrets import new_secret_value
+from enmesh.deploy.secrets import new_secret_value, replace_secret
 
 log = logging.getLogger("enmesh.console")
 
@@ -45,7 +44,7 @@ def change_password(changes: Changes, space: str, username: str, chosen: str | N
             if before is None:
                 secret.unlink(missing_ok=True)
             else:
-                _write_bytes(secret, before)
+                replace_secret(secret, before)
             log.exception("apply failed; the old password of %s@%s stays", username, space)
             raise ChangeError(f"apply failed, the old password stays: {exc}") from exc
         log.info("password of %s@%s changed", username, space)  # never the password
@@ -62,17 +61,4 @@ def _secret_of(changes: Changes, space: str, username: str) -> Path:
 
 
 def _write(secret: Path, password: str) -> None:
-    _write_bytes(secret, (password + "\n").encode("utf-8"))
-
-
-def _write_bytes(secret: Path, content: bytes) -> None:
-    """Replace the file in one rename, mode 0600, keeping the owner of the one it replaces."""
-    secret.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    owner = secret.stat() if secret.exists() else None
-    temporary = secret.with_name(f".{secret.name}.new")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(content)
-    if owner is not None:
-        os.chown(temporary, owner.st_uid, owner.st_gid)
-    temporary.replace(secret)
+    replace_secret(secret, (password + "\n").encode("utf-8"))

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from enmesh.compile.layout import standard_broker_name
-from enmesh.compile.stack import Stack, load_stack, runtime_dir
+from enmesh.compile.stack import Stack, load_stack, runtime_dir, runtime_models
 from enmesh.control.apply import apply_stack
 from enmesh.control.errors import ApplyRefused
 from enmesh.control.target import Target
@@ -92,7 +92,13 @@ class Source:
         return model
 
     def _runtime_files(self) -> list[Path]:
-        return [self.runtime_file] if self.runtime_file.is_file() else []
+        """Every file of the runtime part (the console's and others', such as what
+        `enmesh migrate prepare` added), as `load_stack` and `enmesh apply` read it."""
+        return runtime_models(self.stack)
+
+    def other_runtime_files(self) -> list[Path]:
+        """The runtime part's files that are not the console's own."""
+        return [f for f in self._runtime_files() if f != self.runtime_file]
 
     def added_names(self) -> set[str]:
         """metadata.name of every document the runtime part adds."""
@@ -249,7 +255,7 @@ class Changes:
         with tempfile.TemporaryDirectory() as folder:
             candidate = Path(folder) / RUNTIME_FILE
             candidate.write_text(_dump(documents), encoding="utf-8")
-            return validate_files([*source.git_models, candidate])
+            return validate_files([*source.git_models, *source.other_runtime_files(), candidate])
 
     def create_address(self, space: str, form: Mapping[str, str]) -> dict[str, list[str]]:
         """Validate and apply a new address; returns the errors per field (none: applied)."""

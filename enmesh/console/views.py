@@ -131,8 +131,9 @@ class AddressRow:
     rates: tuple[float, float] | None = None  # messages/s in, out (Prometheus), if known
 
 
-def stored_messages(target: Target, tenant: Tenant) -> dict[str, int]:
-    """Queue name -> messages ready and unacknowledged, from every broker of the stack."""
+def stored_messages(target: Target, tenant: Tenant) -> dict[str, int] | None:
+    """Queue name -> messages ready and unacknowledged, from every broker of the stack;
+    None (unknown, never 0) when a broker cannot be read."""
     vhost = STANDARD_BROKER_VHOST if tenant.space.spec.type is SpaceType.STANDARD else tenant.name
     found: dict[str, int] = {}
     for ctl in target.brokers:
@@ -140,7 +141,8 @@ def stored_messages(target: Target, tenant: Tenant) -> dict[str, int]:
             for (_, queue), count in queue_depths(ctl, [vhost]).items():
                 found[queue] = found.get(queue, 0) + count
         except BrokerError as exc:
-            log.warning("broker %s: %s", ctl.name, exc)
+            log.warning("messages stored unknown: broker %s: %s", ctl.name, exc)
+            return None
     return found
 
 

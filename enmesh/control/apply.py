@@ -11,11 +11,14 @@ change.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,6 +175,23 @@ class Result:
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds
 
 
+@contextmanager
+def _one_apply_at_a_time(config_dir: Path) -> Iterator[None]:
+    """An exclusive lock on the installed stack (`enmesh apply`, the console and `enmesh
+    migrate prepare` may each apply it; two applies at once would interleave their
+    reloads and broker changes). The lock is on the installed files' folder itself, so it
+    adds no file there; nothing to lock before the stack is installed."""
+    if not config_dir.is_dir():
+        yield
+        return
+    folder = os.open(config_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # releases the lock
+
+
 def apply_stack(
     stack_file: Path,
     target: Target,
@@ -180,6 +200,21 @@ def apply_stack(
     force: Iterable[str] = (),
     refresh: bool = False,
     echo: Callable[[str], None] = print,
+) -> Result:
+    with _one_apply_at_a_time(target.config_dir):
+        return _apply_stack(
+            stack_file, target, dry_run=dry_run, force=force, refresh=refresh, echo=echo
+        )
+
+
+def _apply_stack(
+    stack_file: Path,
+    target: Target,
+    *,
+    dry_run: bool,
+    force: Iterable[str],
+    refresh: bool,
+    echo: Callable[[str], None],
 ) -> Result:
     clock = _Clock()
     _, artefacts = compile_stack_file(stack_file)  # ModelInvalidError: nothing changed

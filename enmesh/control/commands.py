@@ -31,7 +31,7 @@ def _systemd() -> bool:
     return Path("/run/systemd/system").is_dir()
 
 
-def _signaller(manager: str, supervisor_config: str) -> Signaller:
+def router_signaller(manager: str, supervisor_config: str) -> Signaller:
     systemd = manager == "systemd" or (manager == "auto" and _systemd())
     return Systemd() if systemd else Supervisord(supervisor_config)
 
@@ -83,8 +83,11 @@ def _cmd_reload(args: argparse.Namespace) -> int:
         policies=args.config_dir / "auth" / "policies",
         metrics_url=f"http://{router['host']}:{router['ports']['metrics']}/metrics",
     )
-    signaller = _signaller(args.manager, args.supervisor_config)
-    outcome = converge(files, signaller, other_files_changed=args.admission_changed)
+    outcome = converge(
+        files,
+        router_signaller(args.manager, args.supervisor_config),
+        other_files_changed=args.admission_changed,
+    )
     print(f"{'unchanged' if outcome == 'unchanged' else 'changed'}: router {args.router} {outcome}")
     return 0
 

@@ -37,11 +37,13 @@ class RouterError(RuntimeError):
 
 
 class Signaller(Protocol):
-    """How to make one router re-read its config, or restart it."""
+    """How to make one router re-read its config, restart it, or stop it."""
 
     def reload(self, router: str) -> None: ...
 
     def restart(self, router: str) -> None: ...
+
+    def stop(self, router: str) -> None: ...
 
 
 def _run(argv: list[str]) -> None:
@@ -63,6 +65,9 @@ class Supervisord:
     def restart(self, router: str) -> None:
         _run(["supervisorctl", "-c", self.config, "restart", f"enmesh-router-{router}"])
 
+    def stop(self, router: str) -> None:
+        _run(["supervisorctl", "-c", self.config, "stop", f"enmesh-router-{router}"])
+
 
 @dataclass(frozen=True)
 class Systemd:
@@ -74,6 +79,9 @@ class Systemd:
 
     def restart(self, router: str) -> None:
         _run(["systemctl", "restart", f"enmesh-router-{router}.service"])
+
+    def stop(self, router: str) -> None:
+        _run(["systemctl", "stop", f"enmesh-router-{router}.service"])
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,9 @@ class Processes:
         if self.restarter is None:
             raise RouterError(f"router {router} needs a restart and this target cannot do it")
         self.restarter(router)
+
+    def stop(self, router: str) -> None:
+        os.kill(self.pids(router), signal.SIGTERM)
 
 
 # --- what a router reports ---------------------------------------------------------------

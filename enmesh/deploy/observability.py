@@ -57,7 +57,7 @@ def describe_lines(deployment: Mapping[str, Any], endpoints: Mapping[str, Any]) 
     for broker in deployment["brokers"]:
         metrics = f"http://{broker['host']}:{broker['ports']['prometheus']}/metrics"
         lines.append(f"  {broker['name']:<20} {metrics}  (per queue: /metrics/detailed)")
-    if endpoints.get("console"):
+    if endpoints.get("console") and deployment.get("console"):
         lines += [
             "",
             "Console (log in as <user>@<space> with `manage`, or as "

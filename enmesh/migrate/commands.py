@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from enmesh.compile import find_stack_file
-from enmesh.control.commands import deployed_target, manager_options
+from enmesh.control.commands import deployed_target, manager_options, router_signaller
 from enmesh.deploy import stackctl
 from enmesh.migrate.ends import StackEnd, end_from_stack
-from enmesh.migrate.finish import remaining
+from enmesh.migrate.finish import finish_and_remove, remaining
 from enmesh.migrate.plan import dumps, make_plan
 from enmesh.migrate.prepare import prepare
 from enmesh.migrate.shovel import move_stored, report
@@ -50,17 +50,28 @@ def _cmd_move_stored(args: argparse.Namespace) -> int:
     return 0
 
 
+def _remove(project: stackctl.Project) -> None:
+    stackctl.down(project, purge=True)
+
+
 def _cmd_finish(args: argparse.Namespace) -> int:
     source, _ = _ends(args)
-    left = remaining(source, Path(source.deployment["paths"]["secrets"]))
+    secrets = Path(source.deployment["paths"]["secrets"])
+    if not args.purge:
+        left = remaining(source, secrets)
+        print(left.text(source.name))
+        if left.empty:
+            print("Remove it with `enmesh migrate finish ... --purge`.")
+        return 0 if left.empty else 1
+    project = stackctl.Project(args.stacks_dir.resolve().parent, source.name)
+    left = finish_and_remove(
+        source,
+        secrets,
+        router_signaller(args.manager, args.supervisor_config),
+        lambda: _remove(project),
+    )
     print(left.text(source.name))
-    if not left.empty:
-        return 1
-    if args.purge:
-        project_dir = args.stacks_dir.resolve().parent
-        return stackctl.down(stackctl.Project(project_dir, args.source), purge=True)
-    print(f"Remove it with `enmesh down --stack {args.source} --purge` (or finish --purge).")
-    return 0
+    return 0 if left.empty else 1
 
 
 def add_migrate(commands: Any, stacks_dir: Path) -> None:
@@ -114,6 +125,7 @@ def add_migrate(commands: Any, stacks_dir: Path) -> None:
     finish.add_argument(
         "--purge", action="store_true", help="remove the source stack once it is empty"
     )
+    manager_options(finish)
     finish.set_defaults(run=_cmd_finish)
     for step in (plan, ready, move, finish):
         step.add_argument("--from", dest="source", required=True, metavar="STACK")

@@ -7,15 +7,22 @@ management sessions and the console's own reads). Until then it says what remain
 queue the messages, per router each client (user, container), so the operator knows whom
 to move. A router or broker that cannot be asked counts as not empty: finish removes
 nothing it could not check.
+
+Removing (`finish_and_remove`) closes the gap between the check and the removal: once the
+check passes, the source's routers are stopped (no client can connect or send from then
+on), the brokers are counted again, and only then is the stack removed; if a message came
+in between, the routers are started again and nothing is removed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from enmesh.console.mesh import CONSOLE_CONTAINER
 from enmesh.control.management import Administrator, ManagementError, router_url, session
+from enmesh.control.routers import Signaller
 from enmesh.migrate.ends import MigrateError, StackEnd
 from enmesh.migrate.plan import depths
 
@@ -44,11 +51,17 @@ class Remaining:
         return "\n".join(lines)
 
 
+def stored(source: StackEnd) -> dict[str, int]:
+    """`broker vhost/queue` -> messages, for every queue of the source holding any."""
+    return {
+        f"{broker} {vhost}/{queue}": count
+        for (vhost, queue), (broker, count) in sorted(depths(source).items())
+        if count
+    }
+
+
 def remaining(source: StackEnd, secrets_dir: Path) -> Remaining:
-    found = Remaining()
-    for (vhost, queue), (broker, count) in sorted(depths(source).items()):
-        if count:
-            found.messages[f"{broker} {vhost}/{queue}"] = count
+    found = Remaining(messages=stored(source))
     admin = Administrator.of(source.deployment, secrets_dir)
     if isinstance(admin, str):
         raise MigrateError(f"stack {source.name!r}: cannot ask its routers for clients: {admin}")
@@ -67,3 +80,22 @@ def remaining(source: StackEnd, secrets_dir: Path) -> Remaining:
             and not str(c["container"]).startswith(CONSOLE_CONTAINER)
         ]
     return found
+
+
+def finish_and_remove(
+    source: StackEnd, secrets_dir: Path, signaller: Signaller, remove: Callable[[], None]
+) -> Remaining:
+    """Remove the source if it holds nothing; what remains otherwise (nothing removed)."""
+    left = remaining(source, secrets_dir)
+    if not left.empty:
+        return left
+    routers = [str(r["id"]) for r in source.deployment["routers"]]
+    for router in routers:
+        signaller.stop(router)
+    left = Remaining(messages=stored(source))
+    if not left.empty:  # a client sent between the check and the stop
+        for router in routers:
+            signaller.restart(router)
+        return left
+    remove()
+    return left

@@ -16,7 +16,6 @@ through `enmesh apply`, so that clients change only the URL they connect to.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from enmesh.compile.auth import sasl_identity
 from enmesh.compile.stack import runtime_dir
 from enmesh.control.apply import apply_stack
 from enmesh.control.target import Target
+from enmesh.deploy.secrets import replace_secret
 from enmesh.migrate.ends import MigrateError
 from enmesh.model import load_model
 
@@ -98,16 +98,6 @@ def _passwords(source_files: list[Path], source_dir: Path, target_dir: Path) -> 
     return found
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Replace `path` in one rename, readable by its owner only (as `enmesh deploy secrets`)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.migrate")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    temporary.replace(path)
-
-
 def _read(path: Path) -> str | None:
     return path.read_text(encoding="utf-8") if path.exists() else None
 
@@ -134,7 +124,7 @@ def prepare(
             dumped = yaml.safe_dump_all(missing, sort_keys=False, explicit_start=True)
             runtime.write_text((runtime_before or HEADER) + dumped, encoding="utf-8")
         for password in changed:
-            _write_private(password.target, password.text)
+            replace_secret(password.target, password.text.encode("utf-8"))
         apply_stack(target_stack_file, target, echo=echo)
     except BaseException:
         _restore(runtime, runtime_before, False)
@@ -151,6 +141,6 @@ def _restore(path: Path, text: str | None, private: bool) -> None:
     if text is None:
         path.unlink(missing_ok=True)
     elif private:
-        _write_private(path, text)
+        replace_secret(path, text.encode("utf-8"))
     else:
         path.write_text(text, encoding="utf-8")

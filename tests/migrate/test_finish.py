@@ -5,12 +5,14 @@ says the source can go. The administrator's own management session is not a clie
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import pytest
 from proton import Message
 
-from enmesh.migrate.finish import remaining
+from enmesh.migrate.finish import finish_and_remove, remaining
 from tests.router.conftest import account
 from tests.support.mesh import Mesh, wait_until
 from tests.support.migrate_ends import depth, stack_end
@@ -51,3 +53,42 @@ def test_finish_names_what_remains_until_the_source_is_empty(source: Mesh) -> No
         reader.close()
     wait_until(lambda: remaining(end, source.secrets_dir).empty, 30, "an empty source")
     assert "can be removed" in remaining(end, source.secrets_dir).text("source")
+
+
+@dataclass
+class _MeshRouters:
+    """The test mesh's routers as a Signaller: a stop waits until the process is gone."""
+
+    mesh: Mesh
+    stopped: list[str] = field(default_factory=list)
+
+    def _process(self, router: str) -> subprocess.Popen[bytes]:
+        process = self.mesh.routers[int(router.rsplit("-", 1)[1])].process
+        assert process is not None
+        return process
+
+    def reload(self, router: str) -> None:
+        raise AssertionError(f"finish never reloads ({router})")
+
+    def restart(self, router: str) -> None:
+        raise AssertionError(f"nothing came in: {router} must stay down")
+
+    def stop(self, router: str) -> None:
+        self._process(router).terminate()
+        self._process(router).wait(30)
+        self.stopped.append(router)
+
+
+def test_removing_stops_the_routers_first_and_counts_again(source: Mesh) -> None:
+    """Once the check passes, no client may slip in: the routers stop before the count
+    that decides, and the removal runs only after it (this test runs last: it stops them)."""
+    routers = _MeshRouters(source)
+    removed: list[list[str]] = []
+    left = finish_and_remove(
+        stack_end("source", source),
+        source.secrets_dir,
+        routers,
+        lambda: removed.append(list(routers.stopped)),
+    )
+    assert left.empty
+    assert removed == [["test-router-0"]]  # removed once, with the source's router down

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from proton import ConnectionException, Message
 
+from enmesh.console.runtime import Source
 from enmesh.control.apply import apply_stack
 from enmesh.control.target import Target
 from enmesh.migrate.ends import MigrateError
@@ -94,6 +95,9 @@ def test_the_target_gets_the_model_and_passwords_and_clients_change_only_the_url
         for name in ("acme-app", "iot-device", "iot-backend", "shop-clerk"):
             assert _secret(target, name) == _secret(source, name)
         already_open.create_sender("telemetry")  # still open after the password changed
+        # The target's console sees what prepare added (the whole runtime part).
+        tenants = Source.of(stack_file(target)).model().tenants
+        assert "shop" in {tenant.name for tenant in tenants}
     finally:
         already_open.close()
 

@@ -30,6 +30,7 @@ def test_a_stack_of_one_host_runs_the_console_there(tmp_path: Path) -> None:
         "host": "127.0.0.1",
         "port": 9443,
         "administrator": "admin@enmesh.stack",
+        "requested": False,
         "certificates": [
             {
                 "name": "console",
@@ -39,6 +40,12 @@ def test_a_stack_of_one_host_runs_the_console_there(tmp_path: Path) -> None:
             }
         ],
     }
+
+
+def test_asked_for_it_says_so_for_the_role(tmp_path: Path) -> None:
+    console = _console(tmp_path, console={"enabled": True})
+    assert isinstance(console, dict)
+    assert console["requested"] is True
 
 
 def test_switched_off_or_on_a_site_there_is_none(tmp_path: Path) -> None:

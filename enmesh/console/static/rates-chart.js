@@ -5,7 +5,13 @@
 // address's page use it, with their own URL.
 (function () {
   "use strict";
-  if (typeof Chart === "undefined") { return; }
+  if (typeof Chart === "undefined") {  // static/vendor is filled by `make setup`
+    document.querySelectorAll("canvas.rates-chart").forEach((canvas) => {
+      const status = document.getElementById(canvas.dataset.status);
+      if (status) { status.textContent = "Chart.js is not installed (make setup)."; }
+    });
+    return;
+  }
   function draw(canvas) {
     const status = document.getElementById(canvas.dataset.status);
     const say = (text) => { if (status) { status.textContent = text; } };
