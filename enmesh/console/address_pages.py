@@ -61,15 +61,11 @@ class AddressPages:
         address = next((a for a in tenant.addresses if a.spec.address == name), None)
         if address is None:
             raise HTTPException(404, f"no address {name!r} in {space!r}")
-        routers = views.read_routers(console.settings.routers, console.links(session))
-        stored = (console.stored_messages(tenant) or {}) if views.is_stored(address) else {}
-        added = console.changes.source().added_names()
-        rates = console.rates_now(space)
-        row = views.address_rows(tenant, added, routers, stored, rates, addresses=[address])[0]
+        routers, rows = console.address_rows(session, tenant, [address])
         clients = {(v.router.id, str(c["identity"])): c for v in routers for c in v.connections}
         links = [
             {**link, "client": clients.get((link["router"], str(link.get("connectionId"))), {})}
             for link in views.endpoint_links(space, routers).get(name, [])
         ]
         unread = [f"{v.router.id}: {v.error}" for v in routers if v.error]
-        return AddressView(tenant, address, row, links, unread)
+        return AddressView(tenant, address, rows[0], links, unread)

@@ -34,7 +34,7 @@ from enmesh.console.runtime import ADDRESS_FIELDS, GENERAL, ChangeError, Changes
 from enmesh.console.sessions import COOKIE, Session, Sessions
 from enmesh.console.user_pages import UserPages
 from enmesh.control.target import Target
-from enmesh.model import Operation, Tenant
+from enmesh.model import Address, Operation, Tenant
 
 log = logging.getLogger("enmesh.console")
 HERE = Path(__file__).parent
@@ -114,6 +114,18 @@ class Console:
         if self.settings.stored is not None:
             return self.settings.stored(tenant)
         return views.stored_messages(self.settings.target(), tenant)
+
+    def address_rows(
+        self, session: Session, tenant: Tenant, shown: list[Address]
+    ) -> tuple[list[views.RouterView], list[views.AddressRow]]:
+        """The routers as `session` reads them, and the rows of the `shown` addresses (a
+        page, or one): the brokers are asked only when one of them is stored."""
+        routers = views.read_routers(self.settings.routers, self.links(session))
+        stored_shown = any(views.is_stored(a) for a in shown)
+        stored = (self.stored_messages(tenant) or {}) if stored_shown else {}
+        added = self.changes.source().added_names()
+        rates = self.rates_now(tenant.name)
+        return routers, views.address_rows(tenant, added, routers, stored, rates, addresses=shown)
 
     def links(self, session: Session) -> ManagementLinks:
         return session.management(self.settings.ca)
@@ -214,16 +226,7 @@ class Console:
             tenant = self.tenant_of(session, space)
             matching = [a for a in tenant.addresses if query in a.spec.address]
             page = Page.of(request.query_params.get("page"), len(matching), self.settings.page_size)
-            shown = page.items(matching)
-            routers = views.read_routers(self.settings.routers, self.links(session))
-            stored = (
-                (self.stored_messages(tenant) or {})
-                if any(views.is_stored(a) for a in shown)
-                else {}
-            )
-            added = self.changes.source().added_names()
-            rates = self.rates_now(space)
-            rows = views.address_rows(tenant, added, routers, stored, rates, addresses=shown)
+            _, rows = self.address_rows(session, tenant, page.items(matching))
             return tenant, page, rows
 
         tenant, page, rows = await run_in_threadpool(gather)
@@ -258,7 +261,7 @@ class Console:
             return JSONResponse({"error": "this stack's console has no Prometheus"}, 404)
         try:
             data = await run_in_threadpool(
-                charts.space_rates, self.settings.prometheus, space, None, address
+                charts.space_rates, self.settings.prometheus, space, address=address
             )
         except charts.PrometheusError as exc:
             return JSONResponse({"error": str(exc)}, 502)

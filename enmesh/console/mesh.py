@@ -27,6 +27,15 @@ from enmesh.clients import connect_options
 
 NODE_TYPE = "org.amqp.management"
 CONSOLE_CONTAINER = "enmesh-console"  # the console's own connections say who they are
+
+
+def is_client(connection: dict[str, Any]) -> bool:
+    """A client's connection: not inter-router or to a broker, not the console's reads."""
+    return connection.get("role") == "normal" and not str(connection.get("container")).startswith(
+        CONSOLE_CONTAINER
+    )
+
+
 _correlation = itertools.count(1)
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from enmesh.console.runtime import ChangeError, Changes
 from enmesh.control.apply import apply_stack
+from enmesh.control.putback import put_back_on_failure
 from enmesh.deploy.secrets import new_secret_value, replace_secret
 
 log = logging.getLogger("enmesh.console")
@@ -36,15 +37,11 @@ def change_password(changes: Changes, space: str, username: str, chosen: str | N
     with changes.lock:
         secret = _secret_of(changes, space, username)
         password = chosen if chosen is not None else new_secret_value()
-        before = secret.read_bytes() if secret.exists() else None
-        _write(secret, password)
         try:
-            apply_stack(changes.stack_file, changes.target(), echo=log.info)
+            with put_back_on_failure([secret]):
+                _write(secret, password)
+                apply_stack(changes.stack_file, changes.target(), echo=log.info)
         except Exception as exc:
-            if before is None:
-                secret.unlink(missing_ok=True)
-            else:
-                replace_secret(secret, before)
             log.exception("apply failed; the old password of %s@%s stays", username, space)
             raise ChangeError(f"apply failed, the old password stays: {exc}") from exc
         log.info("password of %s@%s changed", username, space)  # never the password

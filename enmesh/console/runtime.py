@@ -28,6 +28,7 @@ from enmesh.compile.layout import standard_broker_name
 from enmesh.compile.stack import Stack, load_stack, runtime_dir, runtime_models
 from enmesh.control.apply import apply_stack
 from enmesh.control.errors import ApplyRefused
+from enmesh.control.putback import put_back_on_failure
 from enmesh.control.target import Target
 from enmesh.model import Model, Problem, load_model, validate_files
 
@@ -112,6 +113,11 @@ def address_name(space: str, address: str) -> str:
     return f"{space}." + re.sub(r"[^a-z0-9.-]", "-", address.lower())
 
 
+def user_name(space: str, username: str) -> str:
+    """The metadata.name the console gives a user: `<space>.<username>`."""
+    return f"{space}.{username}"
+
+
 def address_document(space: str, form: Mapping[str, str]) -> dict[str, Any]:
     """An Address document from form fields; blank fields are left out, integers that do
     not parse stay text so the model's own message says what is wrong with them."""
@@ -187,7 +193,7 @@ def user_document(space: str, form: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "enmesh.io/v1",
         "kind": "MessagingUser",
-        "metadata": {"name": f"{space}.{username}"},
+        "metadata": {"name": user_name(space, username)},
         "spec": {
             "addressSpace": space,
             "username": username,
@@ -287,7 +293,7 @@ class Changes:
     def delete_user(self, space: str, username: str) -> None:
         with self.lock:
             source = self.source()
-            name = f"{space}.{username}"
+            name = user_name(space, username)
             found = [d for d in source.documents() if _is(d, "MessagingUser", name)]
             if not found:
                 raise ChangeError(f"user {username!r} of {space!r} is not in the runtime part")
@@ -300,7 +306,7 @@ class Changes:
         are left out); returns the errors per form field (none: applied)."""
         with self.lock:
             source = self.source()
-            name = f"{space}.{username}"
+            name = user_name(space, username)
             documents = source.documents()
             at = next((i for i, d in enumerate(documents) if _is(d, "MessagingUser", name)), None)
             if at is None:
@@ -335,15 +341,11 @@ class Changes:
     ) -> None:
         target = self.target()
         path = source.runtime_file
-        before = path.read_text(encoding="utf-8") if path.is_file() else None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_dump(documents), encoding="utf-8")
         try:
-            apply_stack(self.stack_file, target, force=force, echo=log.info)
+            with put_back_on_failure([path]):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(_dump(documents), encoding="utf-8")
+                apply_stack(self.stack_file, target, force=force, echo=log.info)
         except Exception as exc:
-            if before is None:
-                path.unlink()
-            else:
-                path.write_text(before, encoding="utf-8")
             log.exception("apply failed; the runtime part is back as it was")
             raise ChangeError(f"apply failed, nothing kept: {exc}") from exc

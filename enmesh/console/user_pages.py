@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from enmesh.console import passwords
-from enmesh.console.runtime import GENERAL, OPERATIONS, ChangeError, RuleRow
+from enmesh.console.runtime import GENERAL, OPERATIONS, ChangeError, RuleRow, user_name
 from enmesh.console.sessions import Session
 from enmesh.model import Tenant
 
@@ -167,7 +167,7 @@ class UserPages:
         """A user of the space that the console added (a user in git is changed in git)."""
         tenant, username = await self._user(request, session)
         added = await run_in_threadpool(lambda: self.console.changes.source().added_names())
-        if f"{tenant.name}.{username}" not in added:
+        if user_name(tenant.name, username) not in added:
             raise HTTPException(409, f"{username}@{tenant.name} is defined in git: change it there")
         return tenant, username
 

@@ -12,12 +12,12 @@ from typing import Any, TypeVar
 from enmesh.compile.layout import STANDARD_BROKER_VHOST, standard_broker_name
 from enmesh.console.mesh import (
     CONNECTION_COLUMNS,
-    CONSOLE_CONTAINER,
     LINK_COLUMNS,
     Management,
     ManagementLinks,
     MeshError,
     Router,
+    is_client,
 )
 from enmesh.control.brokers import BrokerError, queue_depths
 from enmesh.control.target import Target
@@ -109,9 +109,7 @@ def client_connections(views: list[RouterView], space: str | None) -> list[Route
         view.connections = [
             c
             for c in view.connections
-            if c.get("role") == "normal"
-            and not str(c.get("container")).startswith(CONSOLE_CONTAINER)
-            and (space is None or c.get("tenant") == space)
+            if is_client(c) and (space is None or c.get("tenant") == space)
         ]
         ids = {str(c["identity"]) for c in view.connections}
         view.links = [link for link in view.links if str(link.get("connectionId")) in ids]

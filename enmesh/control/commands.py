@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from enmesh.compile import find_stack_file, load_stack
+from enmesh.compile import find_stack_file
 from enmesh.control.apply import StackPlan, apply_stack
 from enmesh.control.brokers import (
     Rabbitmqctl,
@@ -22,7 +22,7 @@ from enmesh.control.errors import ApplyRefused
 from enmesh.control.output import change_lines
 from enmesh.control.plan import Action, broker_plan
 from enmesh.control.routers import RouterFiles, Signaller, Supervisord, Systemd, converge
-from enmesh.control.target import DEFAULT_RABBITMQCTL, Target, on_this_host
+from enmesh.control.target import DEFAULT_RABBITMQCTL, Target, installed_deployment, on_this_host
 
 SUPERVISOR_CONFIG = "/etc/supervisor/supervisord.conf"
 
@@ -31,9 +31,13 @@ def _systemd() -> bool:
     return Path("/run/systemd/system").is_dir()
 
 
+def _uses_systemd(manager: str) -> bool:
+    """`--manager`: systemd if named, or if `auto` and systemd runs this host."""
+    return manager == "systemd" or (manager == "auto" and _systemd())
+
+
 def router_signaller(manager: str, supervisor_config: str) -> Signaller:
-    systemd = manager == "systemd" or (manager == "auto" and _systemd())
-    return Systemd() if systemd else Supervisord(supervisor_config)
+    return Systemd() if _uses_systemd(manager) else Supervisord(supervisor_config)
 
 
 def deployed_target(
@@ -41,18 +45,9 @@ def deployed_target(
 ) -> Target:
     """The stack as `enmesh up` deployed it on this host, to apply to; ApplyRefused if it
     is not deployed here."""
-    stack, _ = load_stack(stack_file)
-    deploy_json = Path(stack.spec.paths.config) / "deploy.json"
-    try:
-        deployment = json.loads(deploy_json.read_text(encoding="utf-8"))
-    except OSError:
-        raise ApplyRefused(
-            f"stack {stack.name!r} is not deployed on this host ({deploy_json} is missing): "
-            f"run `enmesh up --stack {stack.name}` first"
-        ) from None
     return on_this_host(
-        deployment,
-        systemd=manager == "systemd" or (manager == "auto" and _systemd()),
+        installed_deployment(stack_file),
+        systemd=_uses_systemd(manager),
         supervisor_config=supervisor_config,
         rabbitmqctl=(*DEFAULT_RABBITMQCTL[:2], rabbitmq_node),
     )

@@ -28,9 +28,10 @@ class ExportError(Exception):
     """Nothing was moved; says why."""
 
 
-def runtime_documents(runtime: list[Path]) -> list[dict[str, Any]]:
+def model_documents(files: list[Path]) -> list[dict[str, Any]]:
+    """Every document of the model files `files`, in order (runtime part or git)."""
     documents: list[dict[str, Any]] = []
-    for path in runtime:
+    for path in files:
         documents += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
     return documents
 
@@ -47,7 +48,7 @@ def move_into(stack_file: Path, target: Path) -> int:
     if target.resolve() not in {m.resolve() for m in in_git}:
         listed = ", ".join(str(m) for m in in_git)
         raise ExportError(f"{target} is not one of stack {stack.name!r}'s model files ({listed})")
-    documents = runtime_documents(runtime)
+    documents = model_documents(runtime)
     if not documents:
         return 0
     before = load_model(models)
@@ -74,7 +75,7 @@ def _same(before: Model, after: Model) -> bool:
 def _cmd_export(args: argparse.Namespace) -> int:
     stack_file = find_stack_file(args.stack, args.stacks_dir)
     if args.into is None:
-        documents = runtime_documents(runtime_models(load_stack(stack_file)[0]))
+        documents = model_documents(runtime_models(load_stack(stack_file)[0]))
         sys.stdout.write(as_yaml(documents))
         if not documents:
             print(f"stack {args.stack!r} has no runtime changes", file=sys.stderr)

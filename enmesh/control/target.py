@@ -9,10 +9,12 @@ host: a multi-host site applies through its playbook, which runs the same steps 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from enmesh.compile.stack import load_stack
 from enmesh.control.brokers import Rabbitmqctl
 from enmesh.control.errors import ApplyRefused
 from enmesh.control.management import router_url
@@ -61,6 +63,21 @@ def from_deployment(
         brokers=tuple(brokers[b["name"]] for b in deployment["brokers"] if b["name"] in brokers),
         signaller=signaller,
     )
+
+
+def installed_deployment(stack_file: Path) -> dict[str, Any]:
+    """The `deploy.json` that `enmesh up` installed for the stack on this host;
+    ApplyRefused, saying what to run, if the stack is not deployed here."""
+    stack, _ = load_stack(stack_file)
+    deploy_json = Path(stack.spec.paths.config) / "deploy.json"
+    try:
+        found: dict[str, Any] = json.loads(deploy_json.read_text(encoding="utf-8"))
+    except OSError:
+        raise ApplyRefused(
+            f"stack {stack.name!r} is not deployed on this host ({deploy_json} is missing): "
+            f"run `enmesh up --stack {stack.name}` first"
+        ) from None
+    return found
 
 
 def on_this_host(

@@ -40,13 +40,20 @@ def ensure_secrets(deploy_json: Path, directory: Path) -> list[str]:
 def replace_secret(secret: Path, content: bytes) -> None:
     """Replace a secret file in one rename: mode 0600 in a 0700 folder, keeping the owner
     and group of the file it replaces (a reader such as the routers' group keeps access)."""
-    secret.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    owner = secret.stat() if secret.exists() else None
-    temporary = secret.with_name(f".{secret.name}.new")
+    replace_file(secret, content, mode=0o600)
+
+
+def replace_file(path: Path, content: bytes, *, mode: int) -> None:
+    """Replace `path` in one rename with `mode`, in a 0700 folder if it makes one, keeping
+    the owner and group of the file it replaces."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    owner = path.stat() if path.exists() else None
+    temporary = path.with_name(f".{path.name}.new")
     temporary.unlink(missing_ok=True)  # a leftover of an interrupted write, whatever its mode
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(descriptor, "wb") as handle:
+        os.fchmod(handle.fileno(), mode)  # whatever the umask
         handle.write(content)
     if owner is not None:
         os.chown(temporary, owner.st_uid, owner.st_gid)
-    temporary.replace(secret)
+    temporary.replace(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,6 @@ def _cmd_move_stored(args: argparse.Namespace) -> int:
     return 0
 
 
-def _remove(project: stackctl.Project) -> None:
-    stackctl.down(project, purge=True)
-
-
 def _cmd_finish(args: argparse.Namespace) -> int:
     source, _ = _ends(args)
     secrets = Path(source.deployment["paths"]["secrets"])
@@ -68,7 +65,7 @@ def _cmd_finish(args: argparse.Namespace) -> int:
         source,
         secrets,
         router_signaller(args.manager, args.supervisor_config),
-        lambda: _remove(project),
+        partial(stackctl.down, project, purge=True),
     )
     print(left.text(source.name))
     return 0 if left.empty else 1

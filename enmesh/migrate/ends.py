@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from enmesh.compile import find_stack_file, load_stack
+from enmesh.compile import find_stack_file
 from enmesh.control.brokers import Rabbitmqctl
+from enmesh.control.target import installed_deployment
 
 DEFAULT_RABBITMQCTL = "/usr/sbin/rabbitmqctl"
 
@@ -70,22 +71,14 @@ def end_from_deployment(
 def end_from_stack(stack: str, stacks_dir: Path, rabbitmq_node: str) -> StackEnd:
     """The stack as `enmesh up` deployed it on this host: its installed deploy.json, and
     Debian's rabbitmqctl talking to `rabbitmq_node`."""
-    stack_file = find_stack_file(stack, stacks_dir)
-    loaded, _ = load_stack(stack_file)
-    deploy_json = Path(loaded.spec.paths.config) / "deploy.json"
-    try:
-        deployment = json.loads(deploy_json.read_text(encoding="utf-8"))
-    except OSError:
-        raise MigrateError(
-            f"stack {loaded.name!r} is not deployed on this host ({deploy_json} is missing): "
-            f"run `enmesh up --stack {stack}` first"
-        ) from None
+    deployment = installed_deployment(find_stack_file(stack, stacks_dir))
     if len(deployment.get("brokers", [])) > 1:
         raise MigrateError(
-            f"stack {loaded.name!r} has several brokers; this host's rabbitmqctl reaches one"
+            f"stack {deployment['stack']!r} has several brokers; "
+            "this host's rabbitmqctl reaches one"
         )
     ctls = {
         b["name"]: Rabbitmqctl(b["name"], (DEFAULT_RABBITMQCTL, "--node", rabbitmq_node))
         for b in deployment.get("brokers", [])
     }
-    return end_from_deployment(loaded.name, deployment, ctls)
+    return end_from_deployment(str(deployment["stack"]), deployment, ctls)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from enmesh.console.mesh import CONSOLE_CONTAINER
+from enmesh.console.mesh import is_client
 from enmesh.control.management import Administrator, ManagementError, router_url, session
 from enmesh.control.routers import Signaller
 from enmesh.migrate.ends import MigrateError, StackEnd
@@ -75,15 +75,13 @@ def remaining(source: StackEnd, secrets_dir: Path) -> Remaining:
         found.clients += [
             f"{router['id']}: {c['user']} ({c['container']})"
             for c in connections
-            if c["role"] == "normal"
-            and c["user"] != admin.identity
-            and not str(c["container"]).startswith(CONSOLE_CONTAINER)
+            if is_client(c) and c["user"] != admin.identity
         ]
     return found
 
 
 def finish_and_remove(
-    source: StackEnd, secrets_dir: Path, signaller: Signaller, remove: Callable[[], None]
+    source: StackEnd, secrets_dir: Path, signaller: Signaller, remove: Callable[[], object]
 ) -> Remaining:
     """Remove the source if it holds nothing; what remains otherwise (nothing removed)."""
     left = remaining(source, secrets_dir)

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
 from enmesh.compile import load_stack
 from enmesh.compile.auth import sasl_identity
 from enmesh.compile.stack import runtime_dir
 from enmesh.control.apply import apply_stack
+from enmesh.control.export import as_yaml, model_documents
+from enmesh.control.putback import put_back_on_failure
 from enmesh.control.target import Target
 from enmesh.deploy.secrets import replace_secret
 from enmesh.migrate.ends import MigrateError
@@ -47,13 +47,6 @@ class Prepared:
         added = ", ".join(self.added) or "none"
         copied = ", ".join(self.passwords) or "none (all the same already)"
         return f"documents added to the target: {added}\npasswords copied: {copied}"
-
-
-def documents(files: list[Path]) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    for path in files:
-        found += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
-    return found
 
 
 def _key(document: dict[str, Any]) -> Key:
@@ -86,14 +79,13 @@ def _passwords(source_files: list[Path], source_dir: Path, target_dir: Path) -> 
     found = []
     for tenant in load_model(source_files).tenants:
         for user in tenant.users:
-            ref = user.spec.authentication.passwordSecret
+            ref, identity = user.spec.authentication.passwordSecret, sasl_identity(tenant, user)
             password = _read(source_dir / ref.name / ref.key)
             if password is None:
                 raise MigrateError(
-                    f"the source has no password for {sasl_identity(tenant, user)} at "
+                    f"the source has no password for {identity} at "
                     f"{source_dir / ref.name / ref.key}; nothing was changed"
                 )
-            identity = sasl_identity(tenant, user)
             found.append(_Password(identity, target_dir / ref.name / ref.key, password))
     return found
 
@@ -111,36 +103,20 @@ def prepare(
 ) -> Prepared:
     source_stack, source_files = load_stack(source_stack_file)
     target_stack, target_files = load_stack(target_stack_file)
-    missing = missing_on_target(documents(source_files), documents(target_files))
+    missing = missing_on_target(model_documents(source_files), model_documents(target_files))
     source_secrets = Path(source_stack.spec.paths.secrets)
     passwords = _passwords(source_files, source_secrets, target.secrets_dir)
     runtime = runtime_dir(target_stack) / RUNTIME_FILE
     runtime_before = _read(runtime)
-    secrets_before = {p.target: _read(p.target) for p in passwords}
-    changed = [p for p in passwords if secrets_before[p.target] != p.text]
-    try:
+    changed = [p for p in passwords if _read(p.target) != p.text]
+    with put_back_on_failure([runtime, *(p.target for p in changed)]):
         if missing:
             runtime.parent.mkdir(parents=True, exist_ok=True)
-            dumped = yaml.safe_dump_all(missing, sort_keys=False, explicit_start=True)
-            runtime.write_text((runtime_before or HEADER) + dumped, encoding="utf-8")
+            runtime.write_text((runtime_before or HEADER) + as_yaml(missing), encoding="utf-8")
         for password in changed:
             replace_secret(password.target, password.text.encode("utf-8"))
         apply_stack(target_stack_file, target, echo=echo)
-    except BaseException:
-        _restore(runtime, runtime_before, False)
-        for password in changed:
-            _restore(password.target, secrets_before[password.target], True)
-        raise
     return Prepared(
         added=[" ".join(_key(d)) for d in missing],
         passwords=sorted(p.identity for p in changed),
     )
-
-
-def _restore(path: Path, text: str | None, private: bool) -> None:
-    if text is None:
-        path.unlink(missing_ok=True)
-    elif private:
-        replace_secret(path, text.encode("utf-8"))
-    else:
-        path.write_text(text, encoding="utf-8")
