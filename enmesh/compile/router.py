@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from enmesh.compile import administrator
+from enmesh.compile.bridge import INTER_ROUTER_TLS, bridge_entities, uses_peer_brokers
 from enmesh.compile.engines import EngineProfile, Feature, profile_of
 from enmesh.compile.engines.check import config_problems, require_valid
 from enmesh.compile.layout import (
@@ -20,7 +21,6 @@ from enmesh.compile.tls import router_ssl_attributes
 from enmesh.model import Address, AddressType, Tenant
 
 CLIENT_TLS = "client-tls"
-INTER_ROUTER_TLS = "inter-router-tls"
 BROKER_TLS = "broker-tls"
 SASL_CONFIG_NAME = "qdrouterd"
 
@@ -126,7 +126,12 @@ def _connectors(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
                 "saslMechanisms": ["EXTERNAL"],
             },
         )
-    for broker in layout.stack.spec.brokers:
+    bridges = layout.stack.spec.bridges
+    yield from bridge_entities(
+        bridges, (r.id for r in layout.routers), router_ssl_attributes(layout.stack.spec.tls)
+    )
+    # A stack whose stored addresses a bridged peer serves has no broker connections.
+    for broker in [] if uses_peer_brokers(bridges) else layout.stack.spec.brokers:
         yield Entity(
             "connector",
             {
@@ -143,6 +148,14 @@ def _connectors(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
                 "linkCapacity": layout.stack.spec.routers.linkCapacity,
             },
         )
+
+
+def _broker_key(layout: Layout) -> str:
+    """How address entities name their broker. A router that leaves its brokers to a
+    bridged peer has no connector to name (a reference the router checks), so it names
+    the broker's container instead, which no connection of its own will have: such
+    entities stay idle and the mesh reaches the peer's brokers."""
+    return "containerId" if uses_peer_brokers(layout.stack.spec.bridges) else "connection"
 
 
 def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Iterator[Entity]:
@@ -164,7 +177,7 @@ def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Itera
                     {
                         "address": internal,
                         "direction": direction,
-                        "connection": broker,
+                        _broker_key(layout): broker,
                         "externalAddress": external,
                         "phase": 1 if direction == "in" else 0,
                     },
@@ -181,7 +194,7 @@ def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Itera
                     {
                         "prefix": internal,
                         "direction": direction,
-                        "connection": broker,
+                        _broker_key(layout): broker,
                         "delExternalPrefix": internal,
                         "addExternalPrefix": external,
                     },
@@ -195,7 +208,7 @@ def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Itera
                 {
                     "prefix": linked,
                     "direction": "in",
-                    "connection": broker,
+                    _broker_key(layout): broker,
                     "delExternalPrefix": linked,
                     "addExternalPrefix": queue,
                 },

@@ -11,23 +11,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from enmesh.compile.admission import SecurityPolicy
+from enmesh.compile.bridge import Bridge, read_bridges
 from enmesh.compile.engines import Engine
+from enmesh.compile.fields import AbsolutePath, Port, StackName
+from enmesh.compile.fields import Strict as _Strict
 from enmesh.model.problems import ModelInvalidError, Problem
 from enmesh.model.schema import validate_as
 from enmesh.model.source import load_documents
-
-StackName = Annotated[
-    str, StringConstraints(min_length=1, max_length=40, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-]
-Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
-AbsolutePath = Annotated[str, StringConstraints(pattern=r"^/")]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class MeshTopology(StrEnum):
@@ -179,6 +172,9 @@ class StackSpec(_Strict):
     monitoring: Monitoring = Field(default_factory=Monitoring)  # Prometheus, alerts
     mqtt: Mqtt = Field(default_factory=Mqtt)  # the MQTT gateway's listeners
     console: Console = Field(default_factory=Console)  # the web console
+    # Other stacks' meshes joined to this one (enmesh.compile.bridge); `enmesh migrate
+    # bridge` adds its bridges to the runtime part instead.
+    bridges: list[Bridge] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_broker_names(self) -> StackSpec:
@@ -212,7 +208,16 @@ def load_stack(path: Path) -> tuple[Stack, list[Path]]:
         stack, problems = validate_as(documents[0], Stack)
     if stack is None:
         raise ModelInvalidError(problems)
+    stack = _with_runtime_bridges(stack)
     return stack, [path.parent / model for model in stack.spec.models] + runtime_models(stack)
+
+
+def _with_runtime_bridges(stack: Stack) -> Stack:
+    added = read_bridges(runtime_dir(stack))
+    if not added:
+        return stack
+    spec = stack.spec.model_copy(update={"bridges": [*stack.spec.bridges, *added]})
+    return stack.model_copy(update={"spec": spec})
 
 
 def runtime_dir(stack: Stack) -> Path:

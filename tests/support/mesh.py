@@ -163,6 +163,7 @@ def _write_stack(
     link_capacity: int,
     tls: dict[str, object] | None = None,
     security: dict[str, object] | None = None,
+    name: str = "test",
 ) -> Path:
     kinds = ("amqp", "amqps", "interRouter", "metrics")
     # The compiler refuses a stack whose listeners share a port: the routers' blocks may
@@ -178,7 +179,7 @@ def _write_stack(
     stack = {
         "apiVersion": "enmesh.io/v1",
         "kind": "Stack",
-        "metadata": {"name": "test"},
+        "metadata": {"name": name},
         "spec": {
             "models": model_names,
             "routers": {
@@ -221,9 +222,12 @@ def build_mesh(
     link_capacity: int = 250,
     tls: dict[str, object] | None = None,
     security: dict[str, object] | None = None,
+    name: str = "test",
 ) -> Mesh:
     """Compile and provision a stack of `routers` routers; call `start()` to run it.
 
+    `name` is the stack's (its routers are `<name>-router-<i>`; the file stays
+    `test.stack.yml`).
     `tls` is the stack's `spec.tls` (TLS policy), if not the default one; `security`
     its `spec.security` (login throttling, handshake limits).
     """
@@ -238,6 +242,7 @@ def build_mesh(
         link_capacity=link_capacity,
         tls=tls,
         security=security,
+        name=name,
     )
     stack, model_files = load_stack(stack_file)
     model = load_model(model_files)
@@ -278,7 +283,7 @@ def build_mesh(
         processes.append(
             RouterProcess(
                 index=i,
-                config=config_dir / "routers" / f"test-router-{i}.conf",
+                config=config_dir / "routers" / f"{name}-router-{i}.conf",
                 log=directory / f"router-{i}.log",
                 amqp_port=amqp,
                 amqps_port=amqps,

@@ -38,6 +38,7 @@ def brokered_mesh(
     routers: int = 2,
     brokerless: tuple[int, ...] = (),
     models: list[Path] | None = None,
+    name: str = "test",
 ) -> Iterator[Mesh]:
     """Start both, yield the mesh (`mesh.extra["broker"]` is the broker), stop both.
 
@@ -45,7 +46,9 @@ def brokered_mesh(
     stack's model files (default: the sample model).
     """
     ports = allocate_ports()
-    mesh = build_mesh(directory / "mesh", routers=routers, broker_port=ports.tls, models=models)
+    mesh = build_mesh(
+        directory / "mesh", routers=routers, broker_port=ports.tls, models=models, name=name
+    )
     for index in brokerless:
         drop_broker_connector(mesh.routers[index].config)
     broker = RabbitMQBroker(

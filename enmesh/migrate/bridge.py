@@ -1,0 +1,213 @@
+"""`enmesh migrate bridge`: the source's and the target's meshes route as one.
+
+1. Every router of the target opens an inter-router connection to every router of the
+   source (a runtime bridge of the target, enmesh.compile.bridge), with a certificate the
+   source's CA issued when the stacks have different CAs. Both meshes then know every
+   address and consumer: a producer on one side reaches a consumer on the other, with
+   credit only while that consumer is reachable and its outcome back end to end.
+2. Once every router reaches the other side's, the source's routers drop their broker
+   connections (a runtime bridge of the source, `brokers: peer`): stored addresses on the
+   source are served through the mesh by the target's brokers, so nothing new is stored
+   on the source while `enmesh migrate move-stored` drains it. Clients attached to a
+   source broker through a link route (topic subscribers) are detached and attach again
+   to the target's broker.
+
+Both steps go through `enmesh apply` on each stack (one apply at a time per stack). A
+target that cannot reach the source within the timeout is unbridged again and nothing is
+left changed. `unbridge` undoes either side; `enmesh migrate finish --purge` unbridges
+the target once the source is gone.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from enmesh.compile import load_stack
+from enmesh.compile.bridge import Bridge, BridgeTls, BrokersFrom, PeerRouter, bridge_file
+from enmesh.compile.stack import Stack, runtime_dir
+from enmesh.control.apply import apply_stack
+from enmesh.control.putback import put_back_on_failure
+from enmesh.control.target import Target, installed_deployment
+from enmesh.migrate import bridge_tls
+from enmesh.migrate.ends import MigrateError
+from enmesh.model import load_model
+
+_REACHABLE = re.compile(r"^enmesh_router_reachable_routers(?:\{[^}]*\})? (\S+)$", re.MULTILINE)
+
+
+@dataclass
+class Bridged:
+    source: str
+    target: str
+    links: int  # inter-router connections from the target to the source
+    certificate: str  # "shared CA", "issued", or "kept"
+
+    def text(self) -> str:
+        return (
+            f"{self.target} and {self.source} route as one mesh: {self.links} inter-router "
+            f"connection(s) from {self.target}'s routers to {self.source}'s ({self.certificate}); "
+            f"{self.source}'s routers use {self.target}'s brokers. Move the stored messages "
+            f"next: `enmesh migrate move-stored --from {self.source} --to {self.target}`."
+        )
+
+
+@dataclass(frozen=True)
+class Side:
+    """One stack of the migration, as `enmesh apply` reaches it on this host."""
+
+    stack_file: Path
+    target: Target
+
+    @property
+    def stack(self) -> Stack:
+        return load_stack(self.stack_file)[0]
+
+    @property
+    def deployment(self) -> dict[str, Any]:
+        return installed_deployment(self.stack_file)
+
+
+def _address_types(stack_file: Path) -> dict[tuple[str, str], str]:
+    model = load_model(load_stack(stack_file)[1])
+    return {
+        (tenant.name, a.spec.address): str(a.spec.type)
+        for tenant in model.tenants
+        for a in tenant.addresses
+    }
+
+
+def _check_target_serves_source(source: Side, target: Side) -> None:
+    have = _address_types(target.stack_file)
+    lacking = [
+        f"{space}/{address} ({kind})"
+        for (space, address), kind in sorted(_address_types(source.stack_file).items())
+        if have.get((space, address)) != kind
+    ]
+    if lacking:
+        raise MigrateError(
+            "the target does not serve these addresses of the source as the source does (run "
+            "`enmesh migrate prepare` first; nothing was changed): " + ", ".join(lacking)
+        )
+
+
+def _peer_routers(deployment: dict[str, Any]) -> list[PeerRouter]:
+    return [
+        PeerRouter(id=r["id"], host=r["host"], port=r["ports"]["interRouter"])
+        for r in deployment["routers"]
+    ]
+
+
+def _bridge_tls(source: Side, target: Side, ca_key: Path | None) -> tuple[BridgeTls | None, str]:
+    source_ca = Path(source.deployment["ca"])
+    target_ca = Path(target.deployment["ca"])
+    if source_ca.read_bytes() == target_ca.read_bytes():
+        return None, "shared CA"
+    files = bridge_tls.files_for(
+        Path(target.deployment["paths"]["state"]) / "tls", source.stack.name
+    )
+    key = ca_key or Path(source.stack.spec.paths.state) / "pki" / "ca.key"
+    issued = bridge_tls.ensure_bridge_certificate(
+        files, source_ca, key, f"bridge-{target.stack.name}"
+    )
+    tls = BridgeTls(
+        caCertFile=str(files.ca), certFile=str(files.cert), privateKeyFile=str(files.key)
+    )
+    return tls, "issued by the source's CA" if issued else "certificate kept"
+
+
+def _write(path: Path, text: str) -> bool:
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
+def reachable_routers(metrics_url: str) -> int | None:
+    """How many other routers one router reaches; None if it does not answer."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=5) as response:
+            found = _REACHABLE.search(response.read().decode())
+    except (OSError, urllib.error.URLError):
+        return None
+    return int(float(found[1])) if found else None
+
+
+def _wait_joined(source: Side, target: Side, timeout: float) -> None:
+    """Until every router of both stacks reaches every other one."""
+    routers = [*source.target.routers, *target.target.routers]
+    wanted = len(routers) - 1
+    deadline = time.monotonic() + timeout
+    while True:
+        short = [r.id for r in routers if reachable_routers(r.metrics_url) != wanted]
+        if not short:
+            return
+        if time.monotonic() > deadline:
+            raise MigrateError(
+                f"after {timeout:.0f} s these routers do not reach all {wanted} others of "
+                f"both stacks: {', '.join(short)} (is the source's inter-router listener "
+                "reachable from the target's routers? their logs say why)"
+            )
+        time.sleep(0.5)
+
+
+def bridge(
+    source: Side,
+    target: Side,
+    *,
+    ca_key: Path | None = None,
+    timeout: float = 60.0,
+    echo: Callable[[str], None] = print,
+) -> Bridged:
+    source_name, target_name = source.stack.name, target.stack.name
+    if source_name == target_name:
+        raise MigrateError(f"both stacks are named {source_name!r}: their routers' ids collide")
+    _check_target_serves_source(source, target)
+    tls, certificate = _bridge_tls(source, target, ca_key)
+    peers = _peer_routers(source.deployment)
+    joining = bridge_file(runtime_dir(target.stack), source_name)
+    with put_back_on_failure([joining]):
+        _write(joining, Bridge(peer=source_name, connect=peers, tls=tls).text())
+        apply_stack(target.stack_file, target.target, echo=echo)
+        try:
+            _wait_joined(source, target, timeout)
+        except MigrateError:
+            joining.unlink()
+            apply_stack(target.stack_file, target.target, echo=echo)
+            raise
+    handing = bridge_file(runtime_dir(source.stack), target_name)
+    with put_back_on_failure([handing]):
+        _write(handing, Bridge(peer=target_name, brokers=BrokersFrom.PEER).text())
+        apply_stack(source.stack_file, source.target, echo=echo)
+    links = len(peers) * len(target.target.routers)
+    return Bridged(source_name, target_name, links, certificate)
+
+
+def unbridge_side(side: Side, peer: str, echo: Callable[[str], None] = print) -> bool:
+    """Remove this stack's bridge to `peer` (and its certificate) and apply; returns
+    whether there was one."""
+    stack = side.stack
+    path = bridge_file(runtime_dir(stack), peer)
+    if not path.exists():
+        return False
+    path.unlink()
+    apply_stack(side.stack_file, side.target, echo=echo)
+    bridge_tls.remove(bridge_tls.files_for(Path(stack.spec.paths.state) / "tls", peer))
+    return True
+
+
+def unbridge(source: Side, target: Side, echo: Callable[[str], None] = print) -> list[str]:
+    """The source takes its brokers back first, then the target leaves the source's mesh."""
+    undone = []
+    if unbridge_side(source, target.stack.name, echo):
+        undone.append(f"{source.stack.name}'s routers use their own brokers again")
+    if unbridge_side(target, source.stack.name, echo):
+        undone.append(f"{target.stack.name}'s routers no longer connect to {source.stack.name}'s")
+    return undone
