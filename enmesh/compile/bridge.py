@@ -67,13 +67,19 @@ def bridge_file(runtime: Path, peer: str) -> Path:
 
 
 def read_bridges(runtime: Path) -> list[Bridge]:
-    """The bridges in a stack's runtime part; ValueError naming the file if one is bad."""
+    """The bridges in a stack's runtime part; CompileError naming the file if one is bad."""
     found = []
     for path in sorted(runtime.glob(f"{RUNTIME_PREFIX}*.json")) if runtime.is_dir() else []:
         try:
             found.append(Bridge.model_validate_json(path.read_text(encoding="utf-8")))
-        except (OSError, ValidationError) as error:
-            raise ValueError(f"{path}: not a bridge: {error}") from None
+        except OSError as error:
+            raise CompileError(f"{path}: cannot read it: {error.strerror}") from None
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in e['loc']) or 'the file'}: {e['msg']}"
+                for e in error.errors()
+            )
+            raise CompileError(f"{path}: not a bridge: {problems}") from None
     return found
 
 

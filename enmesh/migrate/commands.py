@@ -1,4 +1,4 @@
-"""The `enmesh migrate` subcommands: `plan`, `prepare`, `move-stored` and `finish`."""
+"""The `enmesh migrate` subcommands: `plan`, `prepare`, `bridge`, `move-stored` and `finish`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from enmesh.compile import find_stack_file
 from enmesh.control.commands import deployed_target, manager_options, router_signaller
 from enmesh.deploy import stackctl
+from enmesh.migrate.bridge import Side, bridge, unbridge, unbridge_side
 from enmesh.migrate.ends import StackEnd, end_from_stack
 from enmesh.migrate.finish import finish_and_remove, remaining
 from enmesh.migrate.plan import dumps, make_plan
@@ -29,16 +30,31 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_prepare(args: argparse.Namespace) -> int:
-    source = find_stack_file(args.source, args.stacks_dir)
-    target_file = find_stack_file(args.target, args.stacks_dir)
+def _side(args: argparse.Namespace, stack: str, rabbitmq_node: str) -> Side:
+    stack_file = find_stack_file(stack, args.stacks_dir)
     target = deployed_target(
-        target_file,
+        stack_file,
         manager=args.manager,
         supervisor_config=args.supervisor_config,
-        rabbitmq_node=args.to_rabbitmq_node,
+        rabbitmq_node=rabbitmq_node,
     )
-    print(prepare(source, target_file, target).text())
+    return Side(stack_file, target)
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    source = find_stack_file(args.source, args.stacks_dir)
+    target = _side(args, args.target, args.to_rabbitmq_node)
+    print(prepare(source, target.stack_file, target.target).text())
+    return 0
+
+
+def _cmd_bridge(args: argparse.Namespace) -> int:
+    source = _side(args, args.source, args.from_rabbitmq_node)
+    target = _side(args, args.target, args.to_rabbitmq_node)
+    if args.remove:
+        print("\n".join(unbridge(source, target)) or "no bridge between them")
+        return 0
+    print(bridge(source, target, ca_key=args.from_ca_key, timeout=args.timeout).text())
     return 0
 
 
@@ -68,13 +84,15 @@ def _cmd_finish(args: argparse.Namespace) -> int:
         partial(stackctl.down, project, purge=True),
     )
     print(left.text(source.name))
+    if left.empty and unbridge_side(_side(args, args.target, args.to_rabbitmq_node), source.name):
+        print(f"{args.target}'s routers no longer connect to {source.name}'s")
     return 0 if left.empty else 1
 
 
 def add_migrate(commands: Any, stacks_dir: Path) -> None:
     migrate = commands.add_parser(
         "migrate",
-        help="move a running service to another stack (plan, prepare, move-stored, finish)",
+        help="move a running service to another stack (plan, prepare, bridge, move-stored, finish)",
         description="Move a running service from stack FROM to stack TO, one step at a time. "
         "Each step can be run again after an interruption. See docs/migrate.md.",
     )
@@ -100,6 +118,28 @@ def add_migrate(commands: Any, stacks_dir: Path) -> None:
     )
     manager_options(ready)
     ready.set_defaults(run=_cmd_prepare)
+    join = steps.add_parser(
+        "bridge",
+        help="join the two meshes; the source's routers use the target's brokers",
+        description="Connect every router of the target to every router of the source "
+        "(inter-router, mutual TLS: a certificate from the source's CA when the stacks have "
+        "different CAs), wait until both meshes route as one, then make the source's routers "
+        "use the target's brokers through the mesh, so nothing new is stored on the source. "
+        "Needs the target to serve every address of the source (`prepare` first). "
+        "--remove undoes it.",
+    )
+    join.add_argument(
+        "--from-ca-key",
+        type=Path,
+        metavar="FILE",
+        help="the source CA's private key (default: <source paths.state>/pki/ca.key)",
+    )
+    join.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds for the meshes to join (default 60)"
+    )
+    join.add_argument("--remove", action="store_true", help="undo the bridge on both stacks")
+    manager_options(join)
+    join.set_defaults(run=_cmd_bridge)
     move = steps.add_parser(
         "move-stored",
         help="move every stored message to the same queue on the target (RabbitMQ Shovel)",
@@ -124,7 +164,7 @@ def add_migrate(commands: Any, stacks_dir: Path) -> None:
     )
     manager_options(finish)
     finish.set_defaults(run=_cmd_finish)
-    for step in (plan, ready, move, finish):
+    for step in (plan, ready, join, move, finish):
         step.add_argument("--from", dest="source", required=True, metavar="STACK")
         step.add_argument("--to", dest="target", required=True, metavar="STACK")
         step.add_argument("--stacks-dir", type=Path, default=stacks_dir, metavar="DIR")
