@@ -61,6 +61,18 @@ def _client_mechanisms(layout: Layout, tls: bool) -> tuple[list[str], bool]:
     return mechanisms, not anonymous
 
 
+def _failover_urls(layout: Layout, router: RouterInstance, scheme: str) -> str | None:
+    """The stack's other routers, next ones first (so clients of a router that goes
+    spread over the rest), as this listener's clients reach them. None on Kubernetes
+    (`listenHost`): clients come through a Service there, not to pods by name."""
+    if layout.stack.spec.routers.listenHost is not None:
+        return None
+    routers = layout.routers
+    others = routers[router.index + 1 :] + routers[: router.index]
+    port = "amqps_port" if scheme == "amqps" else "amqp_port"
+    return ", ".join(f"{scheme}://{r.host}:{getattr(r, port)}" for r in others) or None
+
+
 def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
     capacity = layout.stack.spec.routers.linkCapacity
     handshake = layout.stack.spec.security.handshake.timeoutSeconds  # qdrouterd 1.19 has it
@@ -79,6 +91,9 @@ def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
         }
         if tls:
             attributes |= {"sslProfile": CLIENT_TLS, "requireSsl": True}
+        failover = _failover_urls(layout, router, "amqps" if tls else "amqp")
+        if failover:
+            attributes["failoverUrls"] = failover
         # An engine without it serves no address space (check.refuse_unserved).
         if _profile(layout).provides(Feature.MULTI_TENANT):
             attributes["multiTenant"] = True

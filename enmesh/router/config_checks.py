@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from enmesh.router.failover import parse_failover_urls
+
 Warnings = list[tuple[str, str]]
 Check = Callable[[dict[str, Any]], Warnings]
 
@@ -65,6 +67,11 @@ def listener(fields: dict[str, Any]) -> Warnings:
             "websockets: AMQP over WebSocket (on by default on http listeners) is not "
             "served; set websockets: false",
         )
+    if "failover_urls" in fields:
+        try:
+            fields["failover_servers"] = parse_failover_urls(fields["failover_urls"])
+        except ValueError as error:
+            raise CheckError("failoverUrls", str(error)) from None
     return []
 
 

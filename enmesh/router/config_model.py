@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from enmesh.router.failover import FailoverServer
 from enmesh.router.policy import DEFAULT_MAX_CONNECTIONS, Vhost
 
 
@@ -119,6 +120,8 @@ class Listener(Endpoint):
     metrics: bool = True
     healthz: bool = True
     websockets: bool = True
+    failover_urls: str | None = None  # as written (management reports it so)
+    failover_servers: tuple[FailoverServer, ...] = ()  # parsed by config_checks.listener
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -374,8 +374,9 @@ LISTENER = EntityType(
         _a(
             "failoverUrls",
             "string",
-            REFUSE,
-            "would advertise failover URLs in the open frame",
+            IMPL,
+            "`[(amqp|amqps|ws|wss)://]host[:port]`, comma-separated: sent to this listener's "
+            "clients in the open frame's `failover-server-list`, where to reconnect",
             aliases=("failoverList",),
         ),
         _a("healthz", "boolean", IMPL, "GET /healthz answers on http listeners", default="true"),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from proton import Connection, Transport
 
-from enmesh.router import pytls, security, tenancy
+from enmesh.router import failover, pytls, security, tenancy
 from enmesh.router.config import Connector, Listener, resolve_password
 from enmesh.router.config_model import StripAnnotations
 from enmesh.router.engine import ProtonSocket, connect_nonblocking
@@ -137,6 +137,8 @@ class Connecting:
             relay.send, relay.deliver = conn.send_raw, conn.deliver
             relay.fail = conn.drop_when_written
             conn.context["sasl_relay"] = relay
+        if listener.failover_servers:
+            conn.connection.properties = failover.open_properties(listener.failover_servers)
         self._adopt(conn, info)
         timeout = listener.initial_handshake_timeout_seconds
         self.router.admission.start(conn, info.identity, info.name, timeout)

@@ -468,6 +468,15 @@ CONF_ERRORS = {
         ROUTER + 'listener {\n    port: 1\n    host: {"a": 1} <--\n}\n',
         "listener: host: expected text, got a JSON object",
     ),
+    "a failover URL with a path": (
+        ROUTER + "listener {\n    port: 1\n    failoverUrls: amqp://a:1, amqps://b:2/x <--\n}\n",
+        "listener: 'amqps://b:2/x' is not a failover URL: expected "
+        "[(amqp|amqps|ws|wss)://]host[:port]",
+    ),
+    "a failover URL with a port out of range": (
+        ROUTER + "listener {\n    port: 1\n    failoverUrls: b:70000 <--\n}\n",
+        "listener: 'b:70000' is not a failover URL",
+    ),
     "requireSsl without sslProfile": (
         ROUTER + "listener {\n    port: 1\n    requireSsl: true <--\n}\n",
         "listener: requireSsl: true needs an sslProfile",
