@@ -47,6 +47,14 @@ class BridgeTls(Strict):
     privateKeyFile: AbsolutePath  # noqa: N815
 
 
+class ClientEndpoint(Strict):
+    """A router of the peer stack as clients reach it."""
+
+    host: str
+    amqp: Port
+    amqps: Port
+
+
 class BrokersFrom(StrEnum):
     OWN = "own"
     PEER = "peer"  # this stack's routers use the peer's brokers, through the mesh
@@ -57,6 +65,9 @@ class Bridge(Strict):
     connect: list[PeerRouter] = Field(default_factory=list)
     tls: BridgeTls | None = None
     brokers: BrokersFrom = BrokersFrom.OWN
+    # Where this stack's clients are told to reconnect (the open frame's failover list),
+    # instead of this stack's other routers: the peer's routers, while clients move there.
+    failover: list[ClientEndpoint] = Field(default_factory=list)
 
     def text(self) -> str:
         return json.dumps(self.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
@@ -127,3 +138,7 @@ def bridge_entities(
 
 def bridge_profile(bridge: Bridge) -> str:
     return f"{RUNTIME_PREFIX}{bridge.peer}-tls" if bridge.tls is not None else INTER_ROUTER_TLS
+
+
+def failover_endpoints(bridges: list[Bridge]) -> list[ClientEndpoint]:
+    return [endpoint for bridge in bridges for endpoint in bridge.failover]

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from enmesh.compile import administrator
-from enmesh.compile.bridge import INTER_ROUTER_TLS, bridge_entities, uses_peer_brokers
+from enmesh.compile.bridge import (
+    INTER_ROUTER_TLS,
+    bridge_entities,
+    failover_endpoints,
+    uses_peer_brokers,
+)
 from enmesh.compile.engines import EngineProfile, Feature, profile_of
 from enmesh.compile.engines.check import config_problems, require_valid
 from enmesh.compile.layout import (
@@ -62,15 +67,23 @@ def _client_mechanisms(layout: Layout, tls: bool) -> tuple[list[str], bool]:
 
 
 def _failover_urls(layout: Layout, router: RouterInstance, scheme: str) -> str | None:
-    """The stack's other routers, next ones first (so clients of a router that goes
-    spread over the rest), as this listener's clients reach them. None on Kubernetes
-    (`listenHost`): clients come through a Service there, not to pods by name."""
-    if layout.stack.spec.routers.listenHost is not None:
+    """Where this listener's clients may reconnect: a bridge's failover routers (a
+    migration's target), else the stack's other routers; next ones first, so that the
+    clients of a router that goes spread over the rest. None on Kubernetes (`listenHost`):
+    clients come through a Service there, not to pods by name."""
+    tls = scheme == "amqps"
+    peers = failover_endpoints(layout.stack.spec.bridges)
+    if peers:
+        places = [(p.host, p.amqps if tls else p.amqp) for p in peers]
+        start = router.index % len(places)
+        places = places[start:] + places[:start]
+    elif layout.stack.spec.routers.listenHost is None:
+        routers = layout.routers
+        others = routers[router.index + 1 :] + routers[: router.index]
+        places = [(r.host, r.amqps_port if tls else r.amqp_port) for r in others]
+    else:
         return None
-    routers = layout.routers
-    others = routers[router.index + 1 :] + routers[: router.index]
-    port = "amqps_port" if scheme == "amqps" else "amqp_port"
-    return ", ".join(f"{scheme}://{r.host}:{getattr(r, port)}" for r in others) or None
+    return ", ".join(f"{scheme}://{host}:{port}" for host, port in places) or None
 
 
 def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:

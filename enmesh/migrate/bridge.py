@@ -10,7 +10,8 @@
    source are served through the mesh by the target's brokers, so nothing new is stored
    on the source while `enmesh migrate move-stored` drains it. Clients attached to a
    source broker through a link route (topic subscribers) are detached and attach again
-   to the target's broker.
+   to the target's broker. The source's routers now list the target's routers as where
+   their clients should reconnect (the open frame's failover list).
 
 Both steps go through `enmesh apply` on each stack (one apply at a time per stack). A
 target that cannot reach the source within the timeout is unbridged again and nothing is
@@ -30,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from enmesh.compile import load_stack
-from enmesh.compile.bridge import Bridge, BridgeTls, BrokersFrom, PeerRouter, bridge_file
+from enmesh.compile.bridge import (
+    Bridge,
+    BridgeTls,
+    BrokersFrom,
+    ClientEndpoint,
+    PeerRouter,
+    bridge_file,
+)
 from enmesh.compile.stack import Stack, runtime_dir
 from enmesh.control.apply import apply_stack
 from enmesh.control.putback import put_back_on_failure
@@ -95,6 +103,13 @@ def _check_target_serves_source(source: Side, target: Side) -> None:
             "the target does not serve these addresses of the source as the source does (run "
             "`enmesh migrate prepare` first; nothing was changed): " + ", ".join(lacking)
         )
+
+
+def _client_endpoints(deployment: dict[str, Any]) -> list[ClientEndpoint]:
+    return [
+        ClientEndpoint(host=r["host"], amqp=r["ports"]["amqp"], amqps=r["ports"]["amqps"])
+        for r in deployment["routers"]
+    ]
 
 
 def _peer_routers(deployment: dict[str, Any]) -> list[PeerRouter]:
@@ -184,7 +199,12 @@ def bridge(
             raise
     handing = bridge_file(runtime_dir(source.stack), target_name)
     with put_back_on_failure([handing]):
-        _write(handing, Bridge(peer=target_name, brokers=BrokersFrom.PEER).text())
+        handover = Bridge(
+            peer=target_name,
+            brokers=BrokersFrom.PEER,
+            failover=_client_endpoints(target.deployment),
+        )
+        _write(handing, handover.text())
         apply_stack(source.stack_file, source.target, echo=echo)
     links = len(peers) * len(target.target.routers)
     return Bridged(source_name, target_name, links, certificate)

@@ -17,6 +17,7 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 
+from enmesh.client_failover import failover_urls
 from enmesh.compile.bridge import bridge_file
 from enmesh.migrate.bridge import Side, bridge, unbridge
 from enmesh.migrate.ends import MigrateError
@@ -134,8 +135,11 @@ def test_two_meshes_route_as_one_and_the_source_uses_the_targets_broker(
     assert (done.links, done.certificate) == (1, "issued by the source's CA")
     assert source.routers[0].reachable_routers() == 1
     assert "role: route-container" not in source.routers[0].config.read_text()
-    # The source's own broker link is gone: a new event is stored on the target's broker.
     device_on_source = account(source, 0, "device@iot").blocking(timeout=30)
+    # Clients of the source are told to reconnect to the target (the failover list).
+    assert failover_urls(device_on_source.conn) == [
+        f"amqp://127.0.0.1:{target.routers[0].amqp_port}"
+    ]
     backend_on_target = account(target, 0, "backend@iot").blocking(timeout=30)
     backend_on_source = account(source, 0, "backend@iot").blocking(timeout=30)
     try:
@@ -149,6 +153,7 @@ def test_two_meshes_route_as_one_and_the_source_uses_the_targets_broker(
             _send(backend_on_target, "broadcast", ["to all"])
         assert broadcast.bodies == ["to all"]
 
+        # The source's own broker link is gone: a new event is stored on the target's.
         _send(device_on_source, "events", ["sent during the bridge"])
         wait_until(lambda: depth(target, "iot.events") == 1, 30, "the new event on the target")
         assert depth(source, "iot.events") == 2
