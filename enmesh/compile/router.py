@@ -213,10 +213,15 @@ def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Itera
     elif kind is AddressType.TOPIC:
         # A fanout exchange: publishers send to it, and each subscriber link gets its own
         # broker link (RabbitMQ binds a temporary queue). No binding key is needed, which
-        # matters: qdrouterd-format parsers cut attribute values at `#`.
-        exchange = "/exchange/" + layout.broker_name(tenant, address.spec.address)
+        # matters: qdrouterd-format parsers cut attribute values at `#`. Publishers send
+        # with a routing key all the same (the fanout ignores it): RabbitMQ 3.10 stores an
+        # AMQP 1.0 message sent to `/exchange/X` without a subject with no routing key,
+        # and then crashes the AMQP 0-9-1 channel that consumes it from a subscription's
+        # queue (the Shovel of `enmesh migrate move-stored`).
+        name = layout.broker_name(tenant, address.spec.address)
+        exchange = "/exchange/" + name
         for broker in layout.address_brokers(tenant, address):
-            for direction, external in (("out", exchange), ("in", exchange)):
+            for direction, external in (("out", f"{exchange}/{name}"), ("in", exchange)):
                 yield Entity(
                     "linkRoute",
                     {

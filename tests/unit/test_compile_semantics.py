@@ -58,7 +58,7 @@ def test_address_types_compile_per_design(local: dict[str, str]) -> None:
     routes = {
         (r["prefix"], r["direction"]): r["addExternalPrefix"] for r in entities(conf, "linkRoute")
     }
-    assert routes[("iot/alerts", "out")] == "/exchange/iot.alerts"
+    assert routes[("iot/alerts", "out")] == "/exchange/iot.alerts/iot.alerts"  # a routing key
     assert routes[("iot/alerts", "in")] == "/exchange/iot.alerts"
     # qdrouterd and skupper-router cut attribute values at `#`: never emit one.
     assert not any("#" in line for line in conf.splitlines() if not line.startswith("#"))

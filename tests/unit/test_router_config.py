@@ -144,7 +144,7 @@ def test_local_router_0_in_detail(tmp_path: Path) -> None:
         "iot/readings",
     ]
     assert {(r.prefix, r.direction, r.add_external_prefix) for r in config.link_routes} == {
-        ("iot/alerts", Direction.OUT, "/exchange/iot.alerts"),
+        ("iot/alerts", Direction.OUT, "/exchange/iot.alerts/iot.alerts"),
         ("iot/alerts", Direction.IN, "/exchange/iot.alerts"),  # `#` is a value, not a comment
         ("iot/alerts::audit", Direction.IN, "/amq/queue/iot.audit"),
     }

@@ -1,0 +1,272 @@
+"""A migration under load: producers and consumers on anycast, multicast, queue, topic and
+subscription addresses keep sending and receiving while they switch from the source
+stack to the target one by one, across `enmesh migrate bridge`, `move-stored` and
+`finish`. At the end:
+
+- anycast, multicast: every message a consumer accepted was received once, none lost;
+- queue: exactly the sent set (with the backlog stored before the migration); duplicates
+  counted and reported;
+- subscription: every message published to its topic, the backlog included;
+- topic (not durable): what the subscriber got while attached, never twice, and it gets
+  messages again after its switch;
+- the source holds no messages and no clients (finish says it can be removed).
+
+Clients are python-qpid-proton blocking clients, each in its own thread: a producer's
+`send` returns when the far end accepted the message (a consumer for direct addresses, the
+broker for stored ones) and raises on any other outcome, and the message is sent again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+from proton import Message, Timeout
+from proton.utils import BlockingConnection, SendException
+
+from enmesh.migrate.bridge import Side, bridge
+from enmesh.migrate.finish import remaining
+from enmesh.migrate.shovel import move_stored
+from tests.router.conftest import account
+from tests.support.apply_target import mesh_target, stack_file
+from tests.support.mesh import Mesh, wait_until
+from tests.support.migrate_ends import depth, stack_end
+from tests.support.pki import Pki
+from tests.support.rabbitmq import RabbitMQBroker
+from tests.support.stack import brokered_mesh
+
+BACKLOG = 50  # stored on the source before the migration: events, and alerts for audit
+
+
+@pytest.fixture(scope="module")
+def meshes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Mesh]]:
+    with ExitStack() as stack:
+        source = stack.enter_context(
+            brokered_mesh(tmp_path_factory.mktemp("source"), routers=1, name="source")
+        )
+        target = stack.enter_context(
+            brokered_mesh(tmp_path_factory.mktemp("target"), routers=1, name="target")
+        )
+        yield source, target
+
+
+class Client(threading.Thread):
+    """One AMQP client on one stack at a time; `move_to` reconnects it to the other."""
+
+    def __init__(self, name: str, identity: str, address: str, mesh: Mesh) -> None:
+        super().__init__(name=name, daemon=True)
+        self.identity, self.address, self.mesh = identity, address, mesh
+        self.started, self.moved, self.stop = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
+        self._move_request = threading.Event()
+        self._next: Mesh | None = None
+        self.error: BaseException | None = None
+
+    def connect(self) -> BlockingConnection:
+        return account(self.mesh, 0, self.identity).blocking(timeout=30)
+
+    def move_to(self, mesh: Mesh) -> None:
+        self._next = mesh
+        self._move_request.set()
+        assert self.moved.wait(60), f"{self.name} did not move"
+        assert self.error is None, f"{self.name}: {self.error!r}"
+
+    def _moving(self) -> bool:
+        if not self._move_request.is_set():
+            return False
+        assert self._next is not None
+        self.mesh = self._next
+        self._move_request.clear()
+        return True
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as error:
+            self.error = error
+            self.started.set()
+            self.moved.set()
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+
+class Producer(Client):
+    def __init__(self, name: str, identity: str, address: str, mesh: Mesh) -> None:
+        super().__init__(name, identity, address, mesh)
+        self.sent: list[str] = []
+        self.sent_again = 0  # released or modified, sent once more
+
+    def work(self) -> None:
+        connection = self.connect()
+        sender = connection.create_sender(self.address)
+        self.started.set()
+        number = 0
+        while not self.stop.is_set():
+            if self._moving():
+                connection.close()
+                connection = self.connect()
+                sender = connection.create_sender(self.address)
+                self.moved.set()
+            body = f"{self.name}-{number}"
+            try:
+                sender.send(Message(body=body, durable=True), timeout=30)
+            except SendException:
+                self.sent_again += 1
+                continue
+            self.sent.append(body)
+            number += 1
+        connection.close()
+
+
+class Consumer(Client):
+    def __init__(self, name: str, identity: str, address: str, mesh: Mesh) -> None:
+        super().__init__(name, identity, address, mesh)
+        self.got: list[str] = []
+
+    def work(self) -> None:
+        connection = self.connect()
+        receiver = connection.create_receiver(self.address, credit=20)
+        self.started.set()
+        while True:
+            if self._moving():
+                connection.close()  # what it had not accepted goes back (released)
+                connection = self.connect()
+                receiver = connection.create_receiver(self.address, credit=20)
+                self.moved.set()
+            try:
+                message = receiver.receive(timeout=0.5)
+            except Timeout:
+                if self.stop.is_set():
+                    break
+                continue
+            self.got.append(str(message.body))
+            receiver.accept()
+        connection.close()
+
+
+def _side(mesh: Mesh) -> Side:
+    broker = mesh.extra["broker"]
+    assert isinstance(broker, RabbitMQBroker)
+    return Side(stack_file(mesh), mesh_target(mesh, broker))
+
+
+def _fill(mesh: Mesh, identity: str, address: str, bodies: list[str]) -> None:
+    connection = account(mesh, 0, identity).blocking(timeout=30)
+    try:
+        sender = connection.create_sender(address)
+        for body in bodies:
+            sender.send(Message(body=body, durable=True))
+    finally:
+        connection.close()
+
+
+def _progress(client: Producer | Consumer) -> int:
+    return len(client.sent) if isinstance(client, Producer) else len(client.got)
+
+
+def _move(client: Producer | Consumer, mesh: Mesh, more: int = 10) -> None:
+    """Move one client, then wait until it has sent or received `more` there."""
+    client.move_to(mesh)
+    before = _progress(client)
+    wait_until(lambda: _progress(client) >= before + more or client.error is not None, 60,
+               f"{client.name} to go on after its move")  # fmt: skip
+    assert client.error is None, f"{client.name}: {client.error!r}"
+
+
+def test_clients_switch_one_by_one_while_sending_and_nothing_is_lost(
+    meshes: tuple[Mesh, Mesh],
+) -> None:
+    source, target = meshes
+    stored_events = [f"events-stored-{n}" for n in range(BACKLOG)]
+    stored_alerts = [f"alerts-stored-{n}" for n in range(BACKLOG)]
+    _fill(source, "device@iot", "events", stored_events)
+    _fill(source, "backend@iot", "alerts", stored_alerts)  # the audit subscription keeps them
+    wait_until(lambda: depth(source, "iot.events") == BACKLOG, 30, "the events backlog")
+    wait_until(lambda: depth(source, "iot.audit") == BACKLOG, 30, "the audit backlog")
+    pki = source.extra["pki"]
+    assert isinstance(pki, Pki)
+    bridge(_side(source), _side(target), ca_key=pki.ca_key, echo=print)
+
+    consumers = {
+        "telemetry": Consumer("telemetry-in", "backend@iot", "telemetry", source),
+        "broadcast": Consumer("broadcast-in", "device@iot", "broadcast", source),
+        "events": Consumer("events-in", "backend@iot", "events", source),
+        "alerts": Consumer("alerts-in", "backend@iot", "alerts", source),
+        "audit": Consumer("audit-in", "backend@iot", "alerts::audit", source),
+    }
+    producers = {
+        "telemetry": Producer("telemetry", "device@iot", "telemetry", source),
+        "broadcast": Producer("broadcast", "backend@iot", "broadcast", source),
+        "events": Producer("events", "device@iot", "events", source),
+        "alerts": Producer("alerts", "backend@iot", "alerts", source),
+    }
+    clients = [*consumers.values(), *producers.values()]
+    try:
+        for client in clients:  # consumers first: producers of direct addresses need one
+            client.start()
+            assert client.started.wait(60), f"{client.name} did not start"
+            assert client.error is None, f"{client.name}: {client.error!r}"
+        for producer in producers.values():
+            wait_until(lambda p=producer: len(p.sent) >= 20, 60, f"{producer.name} sending")
+
+        for client in (consumers["telemetry"], producers["telemetry"], producers["events"]):
+            _move(client, target)
+        moved = move_stored(stack_end("source", source), stack_end("target", target))
+        assert {m.queue: m.moved for m in moved if m.source_before} == {
+            "iot.events": BACKLOG,
+            "iot.audit": BACKLOG,
+        }
+        for client in (
+            consumers["events"],
+            producers["broadcast"],
+            consumers["broadcast"],
+            consumers["audit"],
+            consumers["alerts"],
+            producers["alerts"],
+        ):
+            _move(client, target)
+
+        for producer in producers.values():
+            producer.stop.set()
+            producer.join(60)
+        expected = {
+            "telemetry": producers["telemetry"].sent,
+            "broadcast": producers["broadcast"].sent,
+            "events": stored_events + producers["events"].sent,
+            "audit": stored_alerts + producers["alerts"].sent,
+        }
+        for name, wanted in expected.items():
+            wait_until(
+                lambda c=consumers[name], w=set(wanted): w <= set(c.got), 60, f"all of {name}"
+            )
+    finally:
+        for client in clients:
+            client.stop.set()
+        for client in clients:
+            client.join(60)
+    assert [c.name for c in clients if c.error is not None] == []
+
+    duplicates = {}
+    for name, wanted in expected.items():
+        got = consumers[name].got
+        assert set(got) == set(wanted), f"{name}: lost {sorted(set(wanted) - set(got))[:5]}"
+        duplicates[name] = sum(n - 1 for n in Counter(got).values())
+    print(
+        "sent:", {n: len(p.sent) for n, p in producers.items()},
+        "sent again:", {n: p.sent_again for n, p in producers.items()},
+        "duplicates:", duplicates,
+    )  # fmt: skip
+    assert duplicates["telemetry"] == duplicates["broadcast"] == 0  # accepted once, got once
+    topic = consumers["alerts"].got
+    assert len(topic) == len(set(topic)) and set(topic) <= set(producers["alerts"].sent)
+    assert producers["alerts"].sent[-1] in topic  # it got messages again after its move
+
+    left = remaining(stack_end("source", source), source.secrets_dir)
+    assert left.empty, left.text("source")
