@@ -119,17 +119,23 @@ def _peer_routers(deployment: dict[str, Any]) -> list[PeerRouter]:
     ]
 
 
-def _bridge_tls(source: Side, target: Side, ca_key: Path | None) -> tuple[BridgeTls | None, str]:
-    source_ca = Path(source.deployment["ca"])
-    target_ca = Path(target.deployment["ca"])
-    if source_ca.read_bytes() == target_ca.read_bytes():
+def _bridge_files(source: Side, target: Side) -> bridge_tls.BridgeFiles | None:
+    """Where the target keeps the certificate from the source's CA; None if the two
+    stacks share a CA (the target's routers then use their own certificates)."""
+    if Path(source.deployment["ca"]).read_bytes() == Path(target.deployment["ca"]).read_bytes():
+        return None
+    tls_dir = Path(target.deployment["paths"]["state"]) / "tls"
+    return bridge_tls.files_for(tls_dir, source.stack.name)
+
+
+def _bridge_tls(
+    source: Side, target: Side, files: bridge_tls.BridgeFiles | None, ca_key: Path | None
+) -> tuple[BridgeTls | None, str]:
+    if files is None:
         return None, "shared CA"
-    files = bridge_tls.files_for(
-        Path(target.deployment["paths"]["state"]) / "tls", source.stack.name
-    )
     key = ca_key or Path(source.stack.spec.paths.state) / "pki" / "ca.key"
     issued = bridge_tls.ensure_bridge_certificate(
-        files, source_ca, key, f"bridge-{target.stack.name}"
+        files, Path(source.deployment["ca"]), key, f"bridge-{target.stack.name}"
     )
     tls = BridgeTls(
         caCertFile=str(files.ca), certFile=str(files.cert), privateKeyFile=str(files.key)
@@ -185,18 +191,22 @@ def bridge(
     if source_name == target_name:
         raise MigrateError(f"both stacks are named {source_name!r}: their routers' ids collide")
     _check_target_serves_source(source, target)
-    tls, certificate = _bridge_tls(source, target, ca_key)
+    files = _bridge_files(source, target)
     peers = _peer_routers(source.deployment)
     joining = bridge_file(runtime_dir(target.stack), source_name)
-    with put_back_on_failure([joining]):
-        _write(joining, Bridge(peer=source_name, connect=peers, tls=tls).text())
-        apply_stack(target.stack_file, target.target, echo=echo)
-        try:
-            _wait_joined(source, target, timeout)
-        except MigrateError:
-            joining.unlink()
+    applied = False
+    try:
+        # A failure puts the bridge file and the certificate back as they were ...
+        with put_back_on_failure([joining, *(files.paths() if files else ())]):
+            tls, certificate = _bridge_tls(source, target, files, ca_key)
+            _write(joining, Bridge(peer=source_name, connect=peers, tls=tls).text())
             apply_stack(target.stack_file, target.target, echo=echo)
-            raise
+            applied = True
+            _wait_joined(source, target, timeout)
+    except MigrateError:
+        if applied:  # ... and the target is applied again, back to them.
+            apply_stack(target.stack_file, target.target, echo=echo)
+        raise
     handing = bridge_file(runtime_dir(source.stack), target_name)
     with put_back_on_failure([handing]):
         handover = Bridge(

@@ -29,6 +29,9 @@ class BridgeFiles:
     cert: Path
     key: Path
 
+    def paths(self) -> tuple[Path, Path, Path]:
+        return self.ca, self.cert, self.key
+
 
 def files_for(tls_dir: Path, peer: str) -> BridgeFiles:
     stem = tls_dir / f"bridge-{peer}"
@@ -104,5 +107,5 @@ def ensure_bridge_certificate(
 
 
 def remove(files: BridgeFiles) -> None:
-    for path in (files.cert, files.key, files.ca):
+    for path in files.paths():
         path.unlink(missing_ok=True)

@@ -120,6 +120,31 @@ def test_a_target_that_lacks_the_sources_addresses_is_refused(
     assert not bridge_file(target.directory / "state" / "runtime", "source").exists()
 
 
+def test_a_source_the_target_cannot_reach_is_refused_and_the_target_left_as_it_was(
+    meshes: tuple[Mesh, Mesh],
+) -> None:
+    source, target = meshes
+    config_before = target.routers[0].config.read_text()
+    source.routers[0].stop()
+    try:
+        with pytest.raises(MigrateError, match=r"after 3 s these routers do not reach.*"):
+            bridge(_side(source), _side(target), ca_key=_pki(source).ca_key, timeout=3, echo=print)
+    finally:
+        source.routers[0].start()
+    assert not bridge_file(target.directory / "state" / "runtime", "source").exists()
+    assert target.routers[0].config.read_text() == config_before
+    assert not bridge_file(source.directory / "state" / "runtime", "target").exists()
+    assert not (target.directory / "state" / "tls" / "bridge-source.crt").exists()
+    wait_until(lambda: _broker_attached(source), 30, "the source's broker links back")
+
+
+def _broker_attached(mesh: Mesh) -> bool:
+    try:
+        return broker_attached(mesh.routers[0].metrics())
+    except OSError:  # its metrics listener not up yet
+        return False
+
+
 def test_two_meshes_route_as_one_and_the_source_uses_the_targets_broker(
     meshes: tuple[Mesh, Mesh],
 ) -> None:
@@ -185,6 +210,6 @@ def test_two_meshes_route_as_one_and_the_source_uses_the_targets_broker(
 
     undone = unbridge(_side(source), _side(target), echo=print)
     assert len(undone) == 2
-    wait_until(lambda: broker_attached(source.routers[0].metrics()), 30, "source's broker back")
+    wait_until(lambda: _broker_attached(source), 30, "the source's broker back")
     wait_until(lambda: target.routers[0].reachable_routers() == 0, 30, "the meshes apart")
     assert not (target.directory / "state" / "tls" / "bridge-source.crt").exists()
