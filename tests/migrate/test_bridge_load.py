@@ -18,14 +18,12 @@ broker for stored ones) and raises on any other outcome, and the message is sent
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
-from proton import Message, Timeout
-from proton.utils import BlockingConnection, SendException
+from proton import Message
 
 from enmesh.migrate.bridge import Side, bridge
 from enmesh.migrate.finish import remaining
@@ -37,6 +35,7 @@ from tests.support.migrate_ends import depth, stack_end
 from tests.support.pki import Pki
 from tests.support.rabbitmq import RabbitMQBroker
 from tests.support.stack import brokered_mesh
+from tests.support.switching import Consumer, Producer, move
 
 BACKLOG = 50  # stored on the source before the migration: events, and alerts for audit
 
@@ -53,104 +52,6 @@ def meshes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Mes
         yield source, target
 
 
-class Client(threading.Thread):
-    """One AMQP client on one stack at a time; `move_to` reconnects it to the other."""
-
-    def __init__(self, name: str, identity: str, address: str, mesh: Mesh) -> None:
-        super().__init__(name=name, daemon=True)
-        self.identity, self.address, self.mesh = identity, address, mesh
-        self.started, self.moved, self.stop = (
-            threading.Event(),
-            threading.Event(),
-            threading.Event(),
-        )
-        self._move_request = threading.Event()
-        self._next: Mesh | None = None
-        self.error: BaseException | None = None
-
-    def connect(self) -> BlockingConnection:
-        return account(self.mesh, 0, self.identity).blocking(timeout=30)
-
-    def move_to(self, mesh: Mesh) -> None:
-        self._next = mesh
-        self._move_request.set()
-        assert self.moved.wait(60), f"{self.name} did not move"
-        assert self.error is None, f"{self.name}: {self.error!r}"
-
-    def _moving(self) -> bool:
-        if not self._move_request.is_set():
-            return False
-        assert self._next is not None
-        self.mesh = self._next
-        self._move_request.clear()
-        return True
-
-    def run(self) -> None:
-        try:
-            self.work()
-        except BaseException as error:
-            self.error = error
-            self.started.set()
-            self.moved.set()
-
-    def work(self) -> None:
-        raise NotImplementedError
-
-
-class Producer(Client):
-    def __init__(self, name: str, identity: str, address: str, mesh: Mesh) -> None:
-        super().__init__(name, identity, address, mesh)
-        self.sent: list[str] = []
-        self.sent_again = 0  # released or modified, sent once more
-
-    def work(self) -> None:
-        connection = self.connect()
-        sender = connection.create_sender(self.address)
-        self.started.set()
-        number = 0
-        while not self.stop.is_set():
-            if self._moving():
-                connection.close()
-                connection = self.connect()
-                sender = connection.create_sender(self.address)
-                self.moved.set()
-            body = f"{self.name}-{number}"
-            try:
-                sender.send(Message(body=body, durable=True), timeout=30)
-            except SendException:
-                self.sent_again += 1
-                continue
-            self.sent.append(body)
-            number += 1
-        connection.close()
-
-
-class Consumer(Client):
-    def __init__(self, name: str, identity: str, address: str, mesh: Mesh) -> None:
-        super().__init__(name, identity, address, mesh)
-        self.got: list[str] = []
-
-    def work(self) -> None:
-        connection = self.connect()
-        receiver = connection.create_receiver(self.address, credit=20)
-        self.started.set()
-        while True:
-            if self._moving():
-                connection.close()  # what it had not accepted goes back (released)
-                connection = self.connect()
-                receiver = connection.create_receiver(self.address, credit=20)
-                self.moved.set()
-            try:
-                message = receiver.receive(timeout=0.5)
-            except Timeout:
-                if self.stop.is_set():
-                    break
-                continue
-            self.got.append(str(message.body))
-            receiver.accept()
-        connection.close()
-
-
 def _side(mesh: Mesh) -> Side:
     broker = mesh.extra["broker"]
     assert isinstance(broker, RabbitMQBroker)
@@ -165,19 +66,6 @@ def _fill(mesh: Mesh, identity: str, address: str, bodies: list[str]) -> None:
             sender.send(Message(body=body, durable=True))
     finally:
         connection.close()
-
-
-def _progress(client: Producer | Consumer) -> int:
-    return len(client.sent) if isinstance(client, Producer) else len(client.got)
-
-
-def _move(client: Producer | Consumer, mesh: Mesh, more: int = 10) -> None:
-    """Move one client, then wait until it has sent or received `more` there."""
-    client.move_to(mesh)
-    before = _progress(client)
-    wait_until(lambda: _progress(client) >= before + more or client.error is not None, 60,
-               f"{client.name} to go on after its move")  # fmt: skip
-    assert client.error is None, f"{client.name}: {client.error!r}"
 
 
 def test_clients_switch_one_by_one_while_sending_and_nothing_is_lost(
@@ -217,7 +105,7 @@ def test_clients_switch_one_by_one_while_sending_and_nothing_is_lost(
             wait_until(lambda p=producer: len(p.sent) >= 20, 60, f"{producer.name} sending")
 
         for client in (consumers["telemetry"], producers["telemetry"], producers["events"]):
-            _move(client, target)
+            move(client, target)
         moved = move_stored(stack_end("source", source), stack_end("target", target))
         assert {m.queue: m.moved for m in moved if m.source_before} == {
             "iot.events": BACKLOG,
@@ -231,7 +119,7 @@ def test_clients_switch_one_by_one_while_sending_and_nothing_is_lost(
             consumers["alerts"],
             producers["alerts"],
         ):
-            _move(client, target)
+            move(client, target)
 
         for producer in producers.values():
             producer.stop.set()
