@@ -21,48 +21,18 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
-
-from proton import Message
-from proton.handlers import MessagingHandler
-from proton.reactor import Container
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from enmesh.migrate.shovel import move_stored  # noqa: E402
 from tests.router.conftest import account  # noqa: E402
+from tests.support.fill import fill as store  # noqa: E402
 from tests.support.mesh import wait_until  # noqa: E402
 from tests.support.migrate_ends import depth, stack_end  # noqa: E402
 from tests.support.stack import brokered_mesh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "migrate.json"
-
-
-class Fill(MessagingHandler):  # type: ignore[misc]
-    """Send `count` durable messages as fast as credit allows; stop when all are accepted."""
-
-    def __init__(self, options: dict[str, Any], count: int, size: int) -> None:
-        super().__init__()
-        self.options, self.count, self.body = options, count, "x" * size
-        self.sent = self.accepted = 0
-
-    def on_start(self, event: Any) -> None:
-        connection = event.container.connect(**self.options)
-        event.container.create_sender(connection, "events")
-
-    def on_sendable(self, event: Any) -> None:
-        while event.sender.credit and self.sent < self.count:
-            event.sender.send(Message(body=self.body, durable=True))
-            self.sent += 1
-
-    def on_accepted(self, event: Any) -> None:
-        self.accepted += 1
-        if self.accepted == self.count:
-            event.connection.close()
-
-    def on_rejected(self, event: Any) -> None:
-        raise RuntimeError(f"message rejected: {event.delivery.remote.condition}")
 
 
 def main() -> int:
@@ -75,7 +45,7 @@ def main() -> int:
         target = s.enter_context(brokered_mesh(Path(tmp) / "target", routers=1))
         options = account(source, 0, "device@iot").options()
         started = time.monotonic()
-        Container(Fill(options, args.count, args.size)).run()
+        store(options, "events", ["x" * args.size] * args.count)
         fill = time.monotonic() - started
         wait_until(lambda: depth(source, "iot.events") == args.count, 120, "source filled")
         marks: dict[str, float] = {}

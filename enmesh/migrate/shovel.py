@@ -117,11 +117,13 @@ def _our_parameters(broker: Broker, vhost: str) -> set[str]:
     return names
 
 
-def _clear_leftovers(broker: Broker, vhost: str) -> None:
+def _clear_leftovers(broker: Broker, vhost: str) -> list[str]:
     """A run that was interrupted left its shovels running with an old password: remove
     them (unconfirmed deliveries return to the source queue) and start afresh."""
-    for name in sorted(_our_parameters(broker, vhost)):
+    names = sorted(_our_parameters(broker, vhost))
+    for name in names:
         broker.ctl.run("clear_parameter", "-p", vhost, "shovel", name)
+    return names
 
 
 def _start(queues: list[QueueState], source: StackEnd, target: StackEnd, password: str) -> None:
@@ -212,8 +214,10 @@ def move_stored(
         )
     counts = {q.queue: Moved(q.queue, q.source_messages, q.target_messages) for q in plan.queues}
     for broker in source.brokers:
-        for vhost in {q.vhost for q in plan.queues}:
-            _clear_leftovers(broker, vhost)
+        for vhost in sorted({q.vhost for q in plan.queues}):
+            cleared = _clear_leftovers(broker, vhost)
+            if cleared:
+                progress(f"removed {len(cleared)} shovel(s) an interrupted run left running")
     pending = [q for q in plan.queues if q.source_messages]
     if pending:
         _enable_shovel(source)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from enmesh.migrate.ends import MigrateError
 from enmesh.migrate.plan import make_plan
 from enmesh.migrate.shovel import MIGRATE_USER, PREFETCH, move_stored
 from tests.router.conftest import account
+from tests.support.fill import fill
 from tests.support.mesh import ROOT, Mesh, wait_until
 from tests.support.migrate_ends import depth, stack_end
 from tests.support.rabbitmq import VHOST, RabbitMQBroker
@@ -150,11 +152,12 @@ move_stored(*ends, timeout=120, progress=lambda line: print(line, flush=True))
 def test_move_stored_killed_and_run_again_loses_nothing(
     meshes: tuple[Mesh, Mesh], tmp_path: Path
 ) -> None:
-    """SIGKILL the mover while its shovels run, run it again: every message arrives."""
+    """SIGKILL the mover while its shovels run (part of 50,000 messages moved), run it
+    again: it removes the shovels still running and moves the rest; every message arrives."""
     source, target = meshes
-    count = 3000
+    count = 50_000
     bodies = [f"reading {i}" for i in range(count)]
-    send(source, "readings", bodies)
+    fill(account(source, 0, "device@iot").options(), "readings", bodies)
     wait_until(lambda: depth(source, "iot.readings") == count, 60, "stored on the source")
     src, dst = stack_end("source", source), stack_end("target", target)
     spec = {
@@ -175,15 +178,16 @@ def test_move_stored_killed_and_run_again_loses_nothing(
     )
     try:
         assert mover.stdout is not None
-        for line in mover.stdout:  # killed once its shovels started
-            if line.startswith("round 1"):  # its shovels are being created
+        for line in mover.stdout:  # killed once its shovels have moved some, not all
+            left = re.match(r"  \d+ shovel\(s\) running, (\d+) message", line)
+            if left and 0 < int(left[1]) < count:
                 break
         mover.send_signal(signal.SIGKILL)
         print(f"killed with about {depth(source, 'iot.readings')} of {count} on the source")
     finally:
         mover.kill()
         mover.wait(timeout=30)
-    moved = move_stored(src, dst, timeout=120, progress=lambda _: None)
+    moved = move_stored(src, dst, timeout=120, progress=print)
     assert {m.queue: m.source_after for m in moved}["iot.readings"] == 0
     # r1..r3 are the plan test's readings, moved by an earlier test.
     got = receive_all(target, "readings", at_least=count)
