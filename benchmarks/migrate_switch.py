@@ -30,21 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from enmesh.migrate.bridge import Side, bridge  # noqa: E402
-from tests.support.apply_target import mesh_target, stack_file  # noqa: E402
-from tests.support.mesh import Mesh, wait_until  # noqa: E402
-from tests.support.pki import Pki  # noqa: E402
-from tests.support.rabbitmq import RabbitMQBroker  # noqa: E402
-from tests.support.stack import brokered_mesh  # noqa: E402
+from enmesh.migrate.bridge import bridge  # noqa: E402
+from tests.support.mesh import wait_until  # noqa: E402
+from tests.support.migrate_ends import ca_key, side, source_and_target  # noqa: E402
 from tests.support.switching import Consumer, Producer, gaps, move  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "migrate_switch.json"
-
-
-def _side(mesh: Mesh) -> Side:
-    broker = mesh.extra["broker"]
-    assert isinstance(broker, RabbitMQBroker)
-    return Side(stack_file(mesh), mesh_target(mesh, broker))
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -60,12 +51,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="enmesh-switch-bench-") as tmp, ExitStack() as s:
-        source = s.enter_context(brokered_mesh(Path(tmp) / "s", routers=1, name="source"))
-        target = s.enter_context(brokered_mesh(Path(tmp) / "t", routers=1, name="target"))
-        pki = source.extra["pki"]
-        assert isinstance(pki, Pki)
+        source, target = s.enter_context(source_and_target(Path(tmp) / "s", Path(tmp) / "t"))
         started = time.monotonic()
-        bridge(_side(source), _side(target), ca_key=pki.ca_key, echo=lambda _: None)
+        bridge(side(source), side(target), ca_key=ca_key(source), echo=lambda _: None)
         bridged = time.monotonic() - started
         consumer = Consumer("consumer", "backend@iot", "telemetry", source)
         producer = Producer("producer", "device@iot", "telemetry", source)

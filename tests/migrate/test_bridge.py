@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 
 import pytest
 from proton import Message
@@ -19,41 +19,21 @@ from proton.utils import BlockingConnection
 
 from enmesh.client_failover import failover_urls
 from enmesh.compile.bridge import bridge_file
-from enmesh.migrate.bridge import Side, bridge, unbridge
+from enmesh.migrate.bridge import bridge, unbridge
 from enmesh.migrate.ends import MigrateError
 from enmesh.migrate.shovel import move_stored
 from tests.router.conftest import account
 from tests.support.amqp import Account
-from tests.support.apply_target import mesh_target, stack_file
 from tests.support.mesh import Mesh, wait_until
-from tests.support.migrate_ends import depth, stack_end
-from tests.support.pki import Pki
-from tests.support.rabbitmq import RabbitMQBroker
-from tests.support.stack import broker_attached, brokered_mesh
+from tests.support.migrate_ends import ca_key, depth, side, source_and_target, stack_end, store
+from tests.support.stack import broker_attached
 
 
 @pytest.fixture(scope="module")
 def meshes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Mesh]]:
-    with ExitStack() as stack:
-        source = stack.enter_context(
-            brokered_mesh(tmp_path_factory.mktemp("source"), routers=1, name="source")
-        )
-        target = stack.enter_context(
-            brokered_mesh(tmp_path_factory.mktemp("target"), routers=1, name="target")
-        )
-        yield source, target
-
-
-def _side(mesh: Mesh) -> Side:
-    broker = mesh.extra["broker"]
-    assert isinstance(broker, RabbitMQBroker)
-    return Side(stack_file(mesh), mesh_target(mesh, broker))
-
-
-def _pki(mesh: Mesh) -> Pki:
-    pki = mesh.extra["pki"]
-    assert isinstance(pki, Pki)
-    return pki
+    factory = tmp_path_factory
+    with source_and_target(factory.mktemp("source"), factory.mktemp("target")) as both:
+        yield both
 
 
 def _send(connection: BlockingConnection, address: str, bodies: list[str]) -> None:
@@ -114,7 +94,7 @@ def test_a_target_that_lacks_the_sources_addresses_is_refused(
     )
     try:
         with pytest.raises(MigrateError, match=r"prepare.*iot/telemetry \(anycast\)"):
-            bridge(_side(source), _side(target), ca_key=_pki(source).ca_key, echo=print)
+            bridge(side(source), side(target), ca_key=ca_key(source), echo=print)
     finally:
         model.write_text(before)
     assert not bridge_file(target.directory / "state" / "runtime", "source").exists()
@@ -128,7 +108,7 @@ def test_a_source_the_target_cannot_reach_is_refused_and_the_target_left_as_it_w
     source.routers[0].stop()
     try:
         with pytest.raises(MigrateError, match=r"after 3 s these routers do not reach.*"):
-            bridge(_side(source), _side(target), ca_key=_pki(source).ca_key, timeout=3, echo=print)
+            bridge(side(source), side(target), ca_key=ca_key(source), timeout=3, echo=print)
     finally:
         source.routers[0].start()
     assert not bridge_file(target.directory / "state" / "runtime", "source").exists()
@@ -149,14 +129,10 @@ def test_two_meshes_route_as_one_and_the_source_uses_the_targets_broker(
     meshes: tuple[Mesh, Mesh],
 ) -> None:
     source, target = meshes
-    before = account(source, 0, "device@iot").blocking(timeout=30)
-    try:
-        _send(before, "events", ["stored before 1", "stored before 2"])
-    finally:
-        before.close()
+    store(source, "events", ["stored before 1", "stored before 2"])
     wait_until(lambda: depth(source, "iot.events") == 2, 30, "two events stored on the source")
 
-    done = bridge(_side(source), _side(target), ca_key=_pki(source).ca_key, echo=print)
+    done = bridge(side(source), side(target), ca_key=ca_key(source), echo=print)
     assert (done.links, done.certificate) == (1, "issued by the source's CA")
     assert source.routers[0].reachable_routers() == 1
     assert "role: route-container" not in source.routers[0].config.read_text()
@@ -205,10 +181,10 @@ def test_two_meshes_route_as_one_and_the_source_uses_the_targets_broker(
         for connection in (device_on_source, backend_on_target, backend_on_source):
             connection.close()
 
-    again = bridge(_side(source), _side(target), ca_key=_pki(source).ca_key, echo=print)
+    again = bridge(side(source), side(target), ca_key=ca_key(source), echo=print)
     assert again.certificate == "certificate kept"
 
-    undone = unbridge(_side(source), _side(target), echo=print)
+    undone = unbridge(side(source), side(target), echo=print)
     assert len(undone) == 2
     wait_until(lambda: _broker_attached(source), 30, "the source's broker back")
     wait_until(lambda: target.routers[0].reachable_routers() == 0, 30, "the meshes apart")

@@ -20,21 +20,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack
 
 import pytest
-from proton import Message
 
-from enmesh.migrate.bridge import Side, bridge
+from enmesh.migrate.bridge import bridge
 from enmesh.migrate.finish import remaining
 from enmesh.migrate.shovel import move_stored
-from tests.router.conftest import account
-from tests.support.apply_target import mesh_target, stack_file
 from tests.support.mesh import Mesh, wait_until
-from tests.support.migrate_ends import depth, stack_end
-from tests.support.pki import Pki
-from tests.support.rabbitmq import RabbitMQBroker
-from tests.support.stack import brokered_mesh
+from tests.support.migrate_ends import ca_key, depth, side, source_and_target, stack_end, store
 from tests.support.switching import Consumer, Producer, move
 
 BACKLOG = 50  # stored on the source before the migration: events, and alerts for audit
@@ -42,30 +35,9 @@ BACKLOG = 50  # stored on the source before the migration: events, and alerts fo
 
 @pytest.fixture(scope="module")
 def meshes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Mesh]]:
-    with ExitStack() as stack:
-        source = stack.enter_context(
-            brokered_mesh(tmp_path_factory.mktemp("source"), routers=1, name="source")
-        )
-        target = stack.enter_context(
-            brokered_mesh(tmp_path_factory.mktemp("target"), routers=1, name="target")
-        )
-        yield source, target
-
-
-def _side(mesh: Mesh) -> Side:
-    broker = mesh.extra["broker"]
-    assert isinstance(broker, RabbitMQBroker)
-    return Side(stack_file(mesh), mesh_target(mesh, broker))
-
-
-def _fill(mesh: Mesh, identity: str, address: str, bodies: list[str]) -> None:
-    connection = account(mesh, 0, identity).blocking(timeout=30)
-    try:
-        sender = connection.create_sender(address)
-        for body in bodies:
-            sender.send(Message(body=body, durable=True))
-    finally:
-        connection.close()
+    factory = tmp_path_factory
+    with source_and_target(factory.mktemp("source"), factory.mktemp("target")) as both:
+        yield both
 
 
 def test_clients_switch_one_by_one_while_sending_and_nothing_is_lost(
@@ -74,13 +46,13 @@ def test_clients_switch_one_by_one_while_sending_and_nothing_is_lost(
     source, target = meshes
     stored_events = [f"events-stored-{n}" for n in range(BACKLOG)]
     stored_alerts = [f"alerts-stored-{n}" for n in range(BACKLOG)]
-    _fill(source, "device@iot", "events", stored_events)
-    _fill(source, "backend@iot", "alerts", stored_alerts)  # the audit subscription keeps them
+    store(source, "events", stored_events)
+    store(
+        source, "alerts", stored_alerts, identity="backend@iot"
+    )  # the audit subscription keeps them
     wait_until(lambda: depth(source, "iot.events") == BACKLOG, 30, "the events backlog")
     wait_until(lambda: depth(source, "iot.audit") == BACKLOG, 30, "the audit backlog")
-    pki = source.extra["pki"]
-    assert isinstance(pki, Pki)
-    bridge(_side(source), _side(target), ca_key=pki.ca_key, echo=print)
+    bridge(side(source), side(target), ca_key=ca_key(source), echo=print)
 
     consumers = {
         "telemetry": Consumer("telemetry-in", "backend@iot", "telemetry", source),

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from proton import Message, Timeout
+from proton import Timeout
 
 from enmesh.migrate.ends import MigrateError
 from enmesh.migrate.plan import make_plan
@@ -23,7 +23,7 @@ from enmesh.migrate.shovel import MIGRATE_USER, PREFETCH, move_stored
 from tests.router.conftest import account
 from tests.support.fill import fill
 from tests.support.mesh import ROOT, Mesh, wait_until
-from tests.support.migrate_ends import depth, stack_end
+from tests.support.migrate_ends import depth, stack_end, store
 from tests.support.rabbitmq import VHOST, RabbitMQBroker
 from tests.support.stack import broker_attached, brokered_mesh
 
@@ -37,16 +37,6 @@ def meshes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, Mes
         source = stack.enter_context(brokered_mesh(tmp_path_factory.mktemp("source"), routers=1))
         target = stack.enter_context(brokered_mesh(tmp_path_factory.mktemp("target"), routers=1))
         yield source, target
-
-
-def send(mesh: Mesh, address: str, bodies: list[str], identity: str = "device@iot") -> None:
-    connection = account(mesh, 0, identity).blocking(timeout=30)
-    try:
-        sender = connection.create_sender(address)
-        for body in bodies:
-            sender.send(Message(body=body, durable=True))
-    finally:
-        connection.close()
 
 
 def receive(mesh: Mesh, address: str, count: int) -> list[str]:
@@ -65,7 +55,7 @@ def receive(mesh: Mesh, address: str, count: int) -> list[str]:
 
 def test_plan_shows_stored_messages_and_model(meshes: tuple[Mesh, Mesh]) -> None:
     source, target = meshes
-    send(source, "readings", ["r1", "r2", "r3"])
+    store(source, "readings", ["r1", "r2", "r3"])
     wait_until(lambda: depth(source, "iot.readings") == 3, 30, "3 stored on the source")
     plan = make_plan(stack_end("source", source), stack_end("target", target))
     data = plan.as_json()
@@ -85,7 +75,7 @@ def test_plan_shows_stored_messages_and_model(meshes: tuple[Mesh, Mesh]) -> None
 def test_move_stored_moves_everything_once(meshes: tuple[Mesh, Mesh]) -> None:
     source, target = meshes
     bodies = [f"event {i}" for i in range(N)]
-    send(source, "events", bodies)
+    store(source, "events", bodies)
     wait_until(lambda: depth(source, QUEUE) == N, 30, f"{N} stored on the source")
     src, dst = stack_end("source", source), stack_end("target", target)
     moved = {m.queue: m for m in move_stored(src, dst, timeout=120, progress=lambda _: None)}
@@ -109,7 +99,7 @@ def test_move_stored_moves_everything_once(meshes: tuple[Mesh, Mesh]) -> None:
 
 def test_move_stored_refuses_when_target_lacks_the_queue(meshes: tuple[Mesh, Mesh]) -> None:
     source, target = meshes
-    send(source, "commands", ["c1"], identity="backend@iot")
+    store(source, "commands", ["c1"], identity="backend@iot")
     wait_until(lambda: depth(source, "iot.commands") == 1, 30, "1 stored on the source")
     broker = target.extra["broker"]
     assert isinstance(broker, RabbitMQBroker)
