@@ -4,8 +4,10 @@ A router's open frame lists where its clients may reconnect (`failover-server-li
 qdrouterd sends it: enmesh.router.failover): the stack's other routers, or during a
 migration the target stack's. Qpid JMS follows it by itself; python-qpid-proton does not,
 so call `follow_failover_list(event.connection)` in `on_connection_opened` of a
-connection made with `Container.connect(url, reconnect=...)` (reconnect on, its
-default): when the connection drops, proton's reconnect then tries the URL it was
+connection made with `Container.connect(url, virtual_host=SPACE, reconnect=...)`
+(reconnect on, its default; `virtual_host` given, or proton would send each listed
+host's name as the AMQP hostname, which a multi-tenant listener reads as the address
+space): when the connection drops, proton's reconnect then tries the URL it was
 connected to first and the listed places after it, in order, and follows the list the
 next router sends in turn.
 

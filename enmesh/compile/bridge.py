@@ -109,6 +109,13 @@ def bridge_entities(
 ) -> Iterator[Entity]:
     """sslProfiles and inter-router connectors of every router of this stack."""
     own = set(own_routers)
+    peers = [bridge.peer for bridge in bridges]
+    repeated = sorted({peer for peer in peers if peers.count(peer) > 1})
+    if repeated:
+        raise CompileError(
+            f"more than one bridge to stack(s) {', '.join(repeated)} (spec.bridges and "
+            "<paths.state>/runtime/bridge-<peer>.json together): keep one"
+        )
     for bridge, router in peer_routers(bridges):
         if router.id in own:
             raise CompileError(

@@ -13,10 +13,12 @@
    to the target's broker. The source's routers now list the target's routers as where
    their clients should reconnect (the open frame's failover list).
 
-Both steps go through `enmesh apply` on each stack (one apply at a time per stack). A
-target that cannot reach the source within the timeout is unbridged again and nothing is
-left changed. `unbridge` undoes either side; `enmesh migrate finish --purge` unbridges
-the target once the source is gone.
+Both steps go through `enmesh apply` on each stack (one apply at a time per stack). If a
+step fails (a target that cannot reach the source within the timeout, an apply that
+fails, Ctrl-C), its files go back as they were and its stack is applied again to match;
+a first step that succeeded stays (run `--remove` to undo it). `unbridge` undoes either
+side, and needs only that side: `enmesh migrate finish --purge` and `--remove` unbridge
+the target also when the source is gone.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from enmesh.compile.stack import Stack, runtime_dir
 from enmesh.control.apply import apply_stack
 from enmesh.control.putback import put_back_on_failure
 from enmesh.control.target import Target, installed_deployment
+from enmesh.deploy.secrets import replace_file
 from enmesh.migrate import bridge_tls
 from enmesh.migrate.ends import MigrateError
 from enmesh.model import load_model
@@ -55,7 +58,7 @@ class Bridged:
     source: str
     target: str
     links: int  # inter-router connections from the target to the source
-    certificate: str  # "shared CA", "issued", or "kept"
+    certificate: str  # "shared CA", "issued by the source's CA" or "certificate kept"
 
     def text(self) -> str:
         return (
@@ -124,8 +127,11 @@ def _bridge_files(source: Side, target: Side) -> bridge_tls.BridgeFiles | None:
     stacks share a CA (the target's routers then use their own certificates)."""
     if Path(source.deployment["ca"]).read_bytes() == Path(target.deployment["ca"]).read_bytes():
         return None
-    tls_dir = Path(target.deployment["paths"]["state"]) / "tls"
-    return bridge_tls.files_for(tls_dir, source.stack.name)
+    return bridge_tls.files_for(_tls_dir(target.stack), source.stack.name)
+
+
+def _tls_dir(stack: Stack) -> Path:
+    return Path(stack.spec.paths.state) / "tls"
 
 
 def _bridge_tls(
@@ -143,12 +149,38 @@ def _bridge_tls(
     return tls, "issued by the source's CA" if issued else "certificate kept"
 
 
-def _write(path: Path, text: str) -> bool:
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return True
+def _write(path: Path, text: str) -> None:
+    """In one rename: a bridge file cut short would stop every command on the stack."""
+    if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+        replace_file(path, text.encode("utf-8"), mode=0o644)
+
+
+def _change(
+    side: Side,
+    paths: list[Path],
+    write: Callable[[], None],
+    echo: Callable[[str], None],
+    then: Callable[[], None] = lambda: None,
+) -> None:
+    """`write` files, apply the stack, then `then`. On any failure (Ctrl-C included) the
+    files go back as they were and the stack is applied again to match them."""
+    written = False
+    try:
+        with put_back_on_failure(paths):
+            write()
+            written = True
+            apply_stack(side.stack_file, side.target, echo=echo)
+            then()
+    except BaseException:
+        if written:
+            try:
+                apply_stack(side.stack_file, side.target, echo=echo)
+            except Exception as error:  # the first failure is the one to raise
+                echo(
+                    f"warning: stack {side.stack.name!r} may differ from its files ({error}); "
+                    f"run `enmesh apply --stack {side.stack.name}`"
+                )
+        raise
 
 
 def reachable_routers(metrics_url: str) -> int | None:
@@ -167,7 +199,8 @@ def _wait_joined(source: Side, target: Side, timeout: float) -> None:
     wanted = len(routers) - 1
     deadline = time.monotonic() + timeout
     while True:
-        short = [r.id for r in routers if reachable_routers(r.metrics_url) != wanted]
+        # At least: a source still bridged to a third stack reaches more.
+        short = [r.id for r in routers if (reachable_routers(r.metrics_url) or 0) < wanted]
         if not short:
             return
         if time.monotonic() > deadline:
@@ -194,50 +227,49 @@ def bridge(
     files = _bridge_files(source, target)
     peers = _peer_routers(source.deployment)
     joining = bridge_file(runtime_dir(target.stack), source_name)
-    applied = False
-    try:
-        # A failure puts the bridge file and the certificate back as they were ...
-        with put_back_on_failure([joining, *(files.paths() if files else ())]):
-            tls, certificate = _bridge_tls(source, target, files, ca_key)
-            _write(joining, Bridge(peer=source_name, connect=peers, tls=tls).text())
-            apply_stack(target.stack_file, target.target, echo=echo)
-            applied = True
-            _wait_joined(source, target, timeout)
-    except MigrateError:
-        if applied:  # ... and the target is applied again, back to them.
-            apply_stack(target.stack_file, target.target, echo=echo)
-        raise
+    found: list[str] = []
+
+    def join() -> None:
+        tls, certificate = _bridge_tls(source, target, files, ca_key)
+        found.append(certificate)
+        _write(joining, Bridge(peer=source_name, connect=peers, tls=tls).text())
+
+    _change(
+        target,
+        [joining, *(files.paths() if files else ())],
+        join,
+        echo,
+        then=lambda: _wait_joined(source, target, timeout),
+    )
     handing = bridge_file(runtime_dir(source.stack), target_name)
-    with put_back_on_failure([handing]):
-        handover = Bridge(
-            peer=target_name,
-            brokers=BrokersFrom.PEER,
-            failover=_client_endpoints(target.deployment),
-        )
-        _write(handing, handover.text())
-        apply_stack(source.stack_file, source.target, echo=echo)
+    handover = Bridge(
+        peer=target_name, brokers=BrokersFrom.PEER, failover=_client_endpoints(target.deployment)
+    )
+    _change(source, [handing], lambda: _write(handing, handover.text()), echo)
     links = len(peers) * len(target.target.routers)
-    return Bridged(source_name, target_name, links, certificate)
+    return Bridged(source_name, target_name, links, found[0])
 
 
 def unbridge_side(side: Side, peer: str, echo: Callable[[str], None] = print) -> bool:
-    """Remove this stack's bridge to `peer` (and its certificate) and apply; returns
-    whether there was one."""
+    """Remove this stack's bridge to `peer` and apply, then delete the bridge certificate;
+    returns whether there was a bridge. Only this stack is needed: the peer may be gone."""
     stack = side.stack
     path = bridge_file(runtime_dir(stack), peer)
     if not path.exists():
         return False
-    path.unlink()
-    apply_stack(side.stack_file, side.target, echo=echo)
-    bridge_tls.remove(bridge_tls.files_for(Path(stack.spec.paths.state) / "tls", peer))
+    _change(side, [path], path.unlink, echo)
+    bridge_tls.remove(bridge_tls.files_for(_tls_dir(stack), peer))
     return True
 
 
-def unbridge(source: Side, target: Side, echo: Callable[[str], None] = print) -> list[str]:
-    """The source takes its brokers back first, then the target leaves the source's mesh."""
+def unbridge(
+    source: Side | None, target: Side, source_name: str, echo: Callable[[str], None] = print
+) -> list[str]:
+    """The source takes its brokers back first, then the target leaves the source's mesh.
+    `source` None: it is gone, only the target's part is undone."""
     undone = []
-    if unbridge_side(source, target.stack.name, echo):
-        undone.append(f"{source.stack.name}'s routers use their own brokers again")
-    if unbridge_side(target, source.stack.name, echo):
-        undone.append(f"{target.stack.name}'s routers no longer connect to {source.stack.name}'s")
+    if source is not None and unbridge_side(source, target.stack.name, echo):
+        undone.append(f"{source_name}'s routers use their own brokers again")
+    if unbridge_side(target, source_name, echo):
+        undone.append(f"{target.stack.name}'s routers no longer connect to {source_name}'s")
     return undone

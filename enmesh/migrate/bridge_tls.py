@@ -10,6 +10,7 @@ need none of this.
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import tempfile
@@ -19,7 +20,7 @@ from pathlib import Path
 from enmesh.deploy.secrets import replace_file
 from enmesh.migrate.ends import MigrateError
 
-VALID_DAYS = 90  # a migration's bridge, not a permanent trust
+VALID_DAYS = 90  # a migration's bridge, not a permanent trust (nothing revokes it)
 RENEW_BEFORE_SECONDS = 14 * 86400
 
 
@@ -41,7 +42,10 @@ def files_for(tls_dir: Path, peer: str) -> BridgeFiles:
 
 
 def _openssl(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["openssl", *argv], capture_output=True, text=True, check=False)
+    # No stdin: a CA key with a passphrase fails at once instead of an unseen prompt.
+    return subprocess.run(
+        ["openssl", *argv], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+    )
 
 
 def _still_good(files: BridgeFiles, ca_cert: Path) -> bool:
@@ -64,10 +68,19 @@ def _still_good(files: BridgeFiles, ca_cert: Path) -> bool:
     )
 
 
+def _owner(tls_dir: Path) -> tuple[int, int]:
+    """Who the routers' own keys in `tls_dir` belong to (the user routers run as): the
+    bridge key must be readable by them, not only by who runs `enmesh migrate`."""
+    keys = sorted(tls_dir.glob("router-*-inter-router.key"))
+    found = (keys[0] if keys else tls_dir).stat()
+    return found.st_uid, found.st_gid
+
+
 def ensure_bridge_certificate(
     files: BridgeFiles, ca_cert: Path, ca_key: Path, common_name: str
 ) -> bool:
-    """Issue (or keep) `files`; returns whether anything was written."""
+    """Issue (or keep) `files`, owned as the routers' own keys; returns whether anything
+    was written."""
     if _still_good(files, ca_cert):
         return False
     if not ca_key.is_file():
@@ -82,7 +95,7 @@ def ensure_bridge_certificate(
         ext.write_text(
             "basicConstraints=critical,CA:FALSE\n"
             "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=clientAuth,serverAuth\n"
+            "extendedKeyUsage=clientAuth\n"  # the target's routers only connect
         )
         steps = (
             ("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
@@ -103,6 +116,9 @@ def ensure_bridge_certificate(
         replace_file(files.key, key.read_bytes(), mode=0o600)
         replace_file(files.cert, cert.read_bytes(), mode=0o644)
         replace_file(files.ca, ca_cert.read_bytes(), mode=0o644)
+        uid, gid = _owner(files.cert.parent)
+        for path in files.paths():
+            os.chown(path, uid, gid)
     return True
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from enmesh.compile import find_stack_file
 from enmesh.control.commands import deployed_target, manager_options, router_signaller
+from enmesh.control.errors import ApplyRefused
 from enmesh.deploy import stackctl
 from enmesh.migrate.bridge import Side, bridge, unbridge, unbridge_side
 from enmesh.migrate.ends import StackEnd, end_from_stack
@@ -49,11 +50,20 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_bridge(args: argparse.Namespace) -> int:
-    source = _side(args, args.source, args.from_rabbitmq_node)
     target = _side(args, args.target, args.to_rabbitmq_node)
     if args.remove:
-        print("\n".join(unbridge(source, target)) or "no bridge between them")
+        try:
+            source: Side | None = _side(args, args.source, args.from_rabbitmq_node)
+        except (ApplyRefused, FileNotFoundError):  # the source is gone: the target's part
+            source = None
+        name = (
+            source.stack.name
+            if source is not None
+            else Path(args.source).name.removesuffix(".stack.yml")
+        )
+        print("\n".join(unbridge(source, target, name)) or "no bridge between them")
         return 0
+    source = _side(args, args.source, args.from_rabbitmq_node)
     print(bridge(source, target, ca_key=args.from_ca_key, timeout=args.timeout).text())
     return 0
 

@@ -5,7 +5,7 @@ open frame as qdrouterd 1.19 sends them.
 `[(amqp|amqps|ws|wss)://]host[:port]`. The open frame's properties then carry
 `failover-server-list`: a list of maps with `network-host`, `port` (a string, 5672 when
 not given, as qdrouterd), and `scheme` where the URL names one. Clients that follow it
-(Qpid JMS; `enmesh.clients.follow_failover_list` for python-qpid-proton) reconnect to
+(Qpid JMS; `enmesh.client_failover.follow_failover_list` for python-qpid-proton) reconnect to
 those places when the connection drops.
 """
 

@@ -184,7 +184,7 @@ def test_two_meshes_route_as_one_and_the_source_uses_the_targets_broker(
     again = bridge(side(source), side(target), ca_key=ca_key(source), echo=print)
     assert again.certificate == "certificate kept"
 
-    undone = unbridge(side(source), side(target), echo=print)
+    undone = unbridge(side(source), side(target), "source", echo=print)
     assert len(undone) == 2
     wait_until(lambda: _broker_attached(source), 30, "the source's broker back")
     wait_until(lambda: target.routers[0].reachable_routers() == 0, 30, "the meshes apart")

@@ -95,3 +95,12 @@ def test_a_peer_router_with_one_of_our_ids_is_refused(tmp_path: Path) -> None:
     stack = _stack(tmp_path, bridges=[{"peer": "local2", "connect": [same]}])
     with pytest.raises(CompileError, match="router 'local-router-1' has the id of a router"):
         compile_stack_file(stack)
+
+
+def test_two_bridges_to_one_peer_are_refused(tmp_path: Path) -> None:
+    stack = _stack(tmp_path, bridges=[{"peer": "onprem"}], paths=_state(tmp_path))
+    runtime = bridge_file(tmp_path / "state" / "runtime", "onprem")
+    runtime.parent.mkdir(parents=True)
+    runtime.write_text(json.dumps({"peer": "onprem", "brokers": "peer"}))
+    with pytest.raises(CompileError, match="more than one bridge to stack.s. onprem"):
+        compile_stack_file(stack)
