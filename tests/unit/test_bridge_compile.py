@@ -102,5 +102,5 @@ def test_two_bridges_to_one_peer_are_refused(tmp_path: Path) -> None:
     runtime = bridge_file(tmp_path / "state" / "runtime", "onprem")
     runtime.parent.mkdir(parents=True)
     runtime.write_text(json.dumps({"peer": "onprem", "brokers": "peer"}))
-    with pytest.raises(CompileError, match="more than one bridge to stack.s. onprem"):
+    with pytest.raises(CompileError, match=r"more than one bridge to stack\(s\) onprem"):
         compile_stack_file(stack)
