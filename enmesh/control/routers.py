@@ -118,9 +118,14 @@ class Reported:
     reloads: Mapping[str, int]  # result (ok, failed) -> count
 
 
-def read_reported(metrics_url: str) -> Reported:
+def metrics_text(metrics_url: str) -> str:
+    """A router's /metrics page (OSError if it does not answer)."""
     with urllib.request.urlopen(metrics_url, timeout=5) as response:
-        text = response.read().decode()
+        return str(response.read().decode())
+
+
+def read_reported(metrics_url: str) -> Reported:
+    text = metrics_text(metrics_url)
     info = _INFO.search(text)
     reloads = {result: int(float(count)) for result, count in _RELOADS.findall(text)}
     return Reported(Digests(info[1], info[2]) if info else Digests(None, None), reloads)

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ from enmesh.compile.bridge import (
 from enmesh.compile.stack import Stack, runtime_dir
 from enmesh.control.apply import apply_stack
 from enmesh.control.putback import put_back_on_failure
+from enmesh.control.routers import metrics_text
 from enmesh.control.target import Target, installed_deployment
 from enmesh.deploy.secrets import replace_file
 from enmesh.migrate import bridge_tls
@@ -71,22 +71,27 @@ class Bridged:
 
 @dataclass(frozen=True)
 class Side:
-    """One stack of the migration, as `enmesh apply` reaches it on this host."""
+    """One stack of the migration, as `enmesh apply` reaches it on this host. Its files
+    are read once: a bridge step changes only runtime bridges, which nothing here reads."""
 
     stack_file: Path
     target: Target
 
-    @property
-    def stack(self) -> Stack:
-        return load_stack(self.stack_file)[0]
+    @cached_property
+    def loaded(self) -> tuple[Stack, list[Path]]:
+        return load_stack(self.stack_file)
 
     @property
+    def stack(self) -> Stack:
+        return self.loaded[0]
+
+    @cached_property
     def deployment(self) -> dict[str, Any]:
         return installed_deployment(self.stack_file)
 
 
-def _address_types(stack_file: Path) -> dict[tuple[str, str], str]:
-    model = load_model(load_stack(stack_file)[1])
+def _address_types(side: Side) -> dict[tuple[str, str], str]:
+    model = load_model(side.loaded[1])
     return {
         (tenant.name, a.spec.address): str(a.spec.type)
         for tenant in model.tenants
@@ -95,10 +100,10 @@ def _address_types(stack_file: Path) -> dict[tuple[str, str], str]:
 
 
 def _check_target_serves_source(source: Side, target: Side) -> None:
-    have = _address_types(target.stack_file)
+    have = _address_types(target)
     lacking = [
         f"{space}/{address} ({kind})"
-        for (space, address), kind in sorted(_address_types(source.stack_file).items())
+        for (space, address), kind in sorted(_address_types(source).items())
         if have.get((space, address)) != kind
     ]
     if lacking:
@@ -186,9 +191,8 @@ def _change(
 def reachable_routers(metrics_url: str) -> int | None:
     """How many other routers one router reaches; None if it does not answer."""
     try:
-        with urllib.request.urlopen(metrics_url, timeout=5) as response:
-            found = _REACHABLE.search(response.read().decode())
-    except (OSError, urllib.error.URLError):
+        found = _REACHABLE.search(metrics_text(metrics_url))
+    except OSError:  # urllib's URLError is one
         return None
     return int(float(found[1])) if found else None
 

@@ -11,6 +11,7 @@ those places when the connection drops.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +47,10 @@ def parse_failover_urls(text: str) -> tuple[FailoverServer, ...]:
     return tuple(servers)
 
 
+@functools.cache  # one per listener setting, not one per accepted connection
 def open_properties(servers: tuple[FailoverServer, ...]) -> dict[Any, Any]:
-    """The open frame's `properties` for a listener with these failover servers."""
+    """The open frame's `properties` for a listener with these failover servers (shared:
+    not to be changed)."""
     listed = []
     for server in servers:
         entry: dict[Any, Any] = {NETWORK_HOST: server.host, PORT: server.port}
