@@ -17,6 +17,7 @@ from enmesh.router.addressing import best_match
 from enmesh.router.annotations import node_id, strips_in, strips_out
 from enmesh.router.forwarding import OutLink, set_address
 from enmesh.router.inlinks import InLink
+from enmesh.router.relay import WILL_ADDRESS
 from enmesh.router.routing import DYNAMIC_PREFIX, WAYPOINT_PHASE_MARK
 from enmesh.suggest import suggest
 
@@ -49,6 +50,9 @@ class ClientLinks:
                 refuse(link, "amqp:invalid-field", "a receiver needs a source address")
             else:
                 self.router.relay.attach(conn, info, link)
+            return
+        if address == WILL_ADDRESS:  # every client may leave a will; its `to` is checked
+            self.router.wills.attach(info, link)
             return
         group = info.group
         if group is not None and not (

@@ -47,7 +47,7 @@ def raise_descriptor_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="enmesh-router",
         description="Run one enmesh router (AMQP 1.0) from a qdrouterd.conf-format file.",
@@ -68,11 +68,22 @@ def main(argv: list[str] | None = None) -> int:
         "Kubernetes Secret or ConfigMap updated in place; default 0: on SIGHUP only)",
     )
     parser.add_argument(
+        "--will-store",
+        type=Path,
+        metavar="FILE",
+        help="keep clients' wills (`$lwt`) in this SQLite file, so a will whose connection "
+        "ended with the process is published at the next start (default: in memory)",
+    )
+    parser.add_argument(
         "--log-level",
         choices=["debug", "info", "warning"],
         help="overrides the config's log DEFAULT enable (default: that, else info)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
@@ -92,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("%s", warning)
     raise_descriptor_limit()
     loop = Loop()
-    router = Router(config, loop, admission)
+    router = Router(config, loop, admission, args.will_store)
     live = LiveConfig(router)
     try:
         router.start()

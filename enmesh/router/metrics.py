@@ -168,6 +168,25 @@ def exposition(router: Router) -> str:
         "Bytes of large messages in progress the router holds (Q2 bounds each one).",
         [(f"{{{rid}}}", streaming.buffered_bytes())],
     )
+    wills = router.wills
+    metric(
+        "enmesh_router_wills",
+        "gauge",
+        "Clients' wills ($lwt): registered on open links, and published but not yet taken.",
+        [
+            (f'{{{rid},state="registered"}}', wills.registered),
+            (f'{{{rid},state="publishing"}}', len(wills.pending)),
+        ],
+    )
+    metric(
+        "enmesh_router_wills_total",
+        "counter",
+        "Clients' wills published (taken by a consumer) and dropped (rejected, untaken).",
+        [
+            (f'{{{rid},result="published"}}', wills.published),
+            (f'{{{rid},result="dropped"}}', wills.dropped),
+        ],
+    )
     entity = inventory.router_entity(router)
     for field, name, help_text in _ROUTER_COUNTERS:
         metric(name, "counter", help_text, [(f"{{{rid}}}", entity[field])])

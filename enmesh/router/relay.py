@@ -41,6 +41,7 @@ CAPABILITY = "ANONYMOUS-RELAY"
 UNAUTHORIZED = "amqp:unauthorized-access"
 UNAVAILABLE = "unavailable"
 RESERVED_MARK = "@"  # the router's waypoint phases: never a client's address
+WILL_ADDRESS = "$lwt"  # where clients register wills (enmesh.router.wills)
 
 
 class AnonymousInLink(InLink):
@@ -101,28 +102,14 @@ class Relay:
         try:
             address = message_address(held.data, honour_annotation=inbound.honour_annotation)
         except MalformedMessageError as exc:
-            _reject(held, "amqp:decode-error", f"invalid message format: {exc}")
+            reject(held, "amqp:decode-error", f"invalid message format: {exc}")
             return None
-        problem = self._refusal(inbound, address)
+        problem = send_refusal(self.router, inbound.info, address)
         if problem is not None:
-            _reject(held, *problem)
+            reject(held, *problem)
             return None
         internal = inbound.info.internal(cast(str, address))
         return self.router.routing.semantics(internal).key(internal, 0)
-
-    def _refusal(self, inbound: AnonymousInLink, address: str | None) -> tuple[str, str] | None:
-        """Why a message to `address` is rejected (condition, description), if it is."""
-        if not address:
-            return "amqp:precondition-failed", "Routing failure: no address present"
-        group = inbound.info.group
-        if group is not None and not group.allows_target(address):
-            return UNAUTHORIZED, "policy violation on target"
-        if RESERVED_MARK in address:
-            return "amqp:invalid-field", f"'@' is reserved in addresses: {address!r}"
-        internal = inbound.info.internal(address)
-        if self.router.routing.semantics(internal).distribution == UNAVAILABLE:
-            return "amqp:not-found", "Deliveries cannot be sent to an unavailable address"
-        return None
 
     def retry(self) -> None:
         """Consumers, credit or the mesh changed: move what anonymous links hold."""
@@ -132,7 +119,27 @@ class Relay:
                 inbound.retry()
 
 
-def _reject(held: Held, condition: str, description: str) -> None:
+def send_refusal(
+    router: Router, info: ConnectionInfo, address: str | None
+) -> tuple[str, str] | None:
+    """Why a message to `address` from this connection is refused (condition,
+    description), if it is: for anonymous senders and for wills (enmesh.router.wills)."""
+    if not address:
+        return "amqp:precondition-failed", "Routing failure: no address present"
+    if address == WILL_ADDRESS:
+        return "amqp:not-allowed", f"a will is registered on a link attached to {WILL_ADDRESS}"
+    group = info.group
+    if group is not None and not group.allows_target(address):
+        return UNAUTHORIZED, "policy violation on target"
+    if RESERVED_MARK in address:
+        return "amqp:invalid-field", f"'@' is reserved in addresses: {address!r}"
+    internal = info.internal(address)
+    if router.routing.semantics(internal).distribution == UNAVAILABLE:
+        return "amqp:not-found", "Deliveries cannot be sent to an unavailable address"
+    return None
+
+
+def reject(held: Held, condition: str, description: str) -> None:
     """Reject an unsettled message with a condition (a presettled one is just dropped).
 
     Through the message's own settlement, so one still arriving is rejected at its end.

@@ -21,6 +21,7 @@ import functools
 import logging
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from proton import Endpoint, Event, Link, Session
@@ -52,6 +53,8 @@ from enmesh.router.meshlinks import MeshLinks
 from enmesh.router.policy import Vhost
 from enmesh.router.relay import Relay
 from enmesh.router.routing import Routing
+from enmesh.router.will_store import WillStore
+from enmesh.router.wills import Wills
 
 log = logging.getLogger("enmesh.router")
 
@@ -63,7 +66,11 @@ class Router:
     """Routing state and proton event handling for one router process."""
 
     def __init__(
-        self, config: RouterConfig, loop: Loop, admission: AdmissionSettings | None = None
+        self,
+        config: RouterConfig,
+        loop: Loop,
+        admission: AdmissionSettings | None = None,
+        will_store: Path | None = None,
     ) -> None:
         self.config = config
         self.loop = loop
@@ -84,6 +91,7 @@ class Router:
         self.vhost_connections: Counter[str] = Counter()
         self.link_routes = BrokerLinks(self)
         self.relay = Relay(self)
+        self.wills = Wills(self, WillStore(will_store))
         self.connecting = Connecting(self)
         self.client_links = ClientLinks(self)
         self.mesh_links = MeshLinks(self)
@@ -148,6 +156,7 @@ class Router:
             log.info("listening on %s:%s (%s)", listener.host, listener.port, listener.name)
         for state in self.connectors.values():
             self.connecting.connect(state)
+        self.wills.recover()
 
     @property
     def policy_enabled(self) -> bool:
@@ -259,6 +268,7 @@ class Router:
     def _on_link_remote_close(self, conn: ProtonSocket, event: Event) -> None:
         link = _link(event)
         closed_here_first = bool(link.state & Endpoint.LOCAL_CLOSED)
+        self.wills.detached(link)
         self.routing.forget_link(link)
         self.link_routes.on_remote_close(link)
         if link.state & LOCAL_UNINIT:
@@ -345,6 +355,7 @@ class Router:
         """Links gone without a detach (their session or connection ended): out of routing,
         their routed partners detached, the router's objects dropped from them."""
         for link in links:
+            self.wills.lost(link)
             self.routing.forget_link(link)
             self.link_routes.on_connection_lost(link)
         for link in links:

@@ -267,7 +267,7 @@ class Routing:
         if state is not None:
             for inbound in list(state.producers):
                 self._update_source(inbound)
-        self.router.relay.retry()
+        self._retry_senders()
 
     def retry_held(self, key: str) -> None:
         state = self.router.addresses.get(key)
@@ -276,7 +276,12 @@ class Routing:
                 if inbound.held:
                     inbound.retry()
                     self._forget_if_drained(inbound)
+        self._retry_senders()
+
+    def _retry_senders(self) -> None:
+        """What waits for any address, not one key: anonymous senders' messages, wills."""
         self.router.relay.retry()
+        self.router.wills.retry()
 
     def _forget_if_drained(self, inbound: InLink) -> None:
         """A producer link that is gone stays a source until its presettled messages left."""
@@ -310,7 +315,7 @@ class Routing:
         for state in list(self.router.addresses.values()):
             for inbound in list(state.producers):
                 self._update_source(inbound)
-        self.router.relay.retry()
+        self._retry_senders()
 
     def _update_source(self, inbound: InLink) -> None:
         """Re-evaluate one source after a change: credit, and what it holds."""

@@ -34,7 +34,8 @@ COMMANDS = {
     RouterEngine.QDROUTERD: ["qdrouterd", "-c"],
     RouterEngine.ENMESH_ROUTER: ["enmesh-router", "--config"],
 }
-# Login throttling and handshake limits: enmesh-router only (qdrouterd has no such entity).
+WILLS_DIR = f"{PATHS.state}/wills"
+# Login throttling, handshake limits, the will store: enmesh-router only (qdrouterd has none).
 EXTRA_ARGS: dict[RouterEngine, list[str]] = {
     RouterEngine.SKUPPER_ROUTER: [],
     RouterEngine.QDROUTERD: [],
@@ -43,6 +44,8 @@ EXTRA_ARGS: dict[RouterEngine, list[str]] = {
         f"{PATHS.config}/auth/admission.json",
         "--watch-config",  # the Secret is updated in place: reload what kubelet swaps in
         str(live.WATCH_SECONDS),
+        "--will-store",  # clients' wills outlive a container restart (not the pod's loss)
+        f"{WILLS_DIR}/wills.sqlite3",
     ],
 }
 
@@ -189,6 +192,7 @@ class RouterMesh(pulumi.ComponentResource):
             w.tls_volume("users", users_secret.metadata.apply(lambda m: str(m.name))),
             w.empty_dir("sasldb"),
             w.empty_dir("tmp"),
+            w.empty_dir("wills"),
         ]
         config_mounts = [
             w.mount("config", PATHS.config),
@@ -235,6 +239,7 @@ class RouterMesh(pulumi.ComponentResource):
                 *config_mounts,
                 w.mount("tls", tls_dir),
                 w.mount("sasldb", sasldb_dir),
+                w.mount("wills", WILLS_DIR, read_only=False),
             ],
             resources=w.resources(config.routerCpu, config.routerMemory),
             security_context=w.container_security(),

@@ -1,0 +1,65 @@
+"""Where enmesh-router keeps registered wills: a SQLite file (`--will-store`), or memory.
+
+A will is written before the router accepts its message, and deleted when it is
+cancelled or once the mesh accepted it when published, so a will whose connection ended
+with the process (crash, SIGKILL, host restart, a stop) is still there at the next start.
+Without a file, wills live only as long as the process.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS wills (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    hostname TEXT NOT NULL, user TEXT NOT NULL, address TEXT NOT NULL, message BLOB NOT NULL
+)
+"""
+
+
+@dataclass(frozen=True)
+class StoredWill:
+    row: int
+    hostname: str  # the connection's vhost ("" without policy)
+    user: str
+    address: str  # the will's `to`, as the client named it
+    message: bytes  # the will message, as the client sent it
+
+
+class WillStore:
+    """Registered wills by row id; every change committed before it is acknowledged."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path) if path is not None else ":memory:")
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")  # a will is written rarely: make it last
+        self.db.execute(SCHEMA)
+        self.db.commit()
+
+    def put(self, row: int | None, hostname: str, user: str, address: str, message: bytes) -> int:
+        """Store a will (replacing `row`, a will registered earlier on the same link)."""
+        with self.db:
+            if row is not None:
+                self.db.execute("DELETE FROM wills WHERE id = ?", (row,))
+            cursor = self.db.execute(
+                "INSERT INTO wills (hostname, user, address, message) VALUES (?, ?, ?, ?)",
+                (hostname, user, address, message),
+            )
+        return int(cursor.lastrowid or 0)
+
+    def delete(self, row: int) -> None:
+        with self.db:
+            self.db.execute("DELETE FROM wills WHERE id = ?", (row,))
+
+    def all(self) -> list[StoredWill]:
+        rows = self.db.execute("SELECT id, hostname, user, address, message FROM wills ORDER BY id")
+        return [StoredWill(r[0], r[1], r[2], r[3], bytes(r[4])) for r in rows]
+
+    def close(self) -> None:
+        self.db.close()
