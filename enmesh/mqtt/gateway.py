@@ -17,6 +17,7 @@ from pathlib import Path
 
 from enmesh.mqtt.layers import Layer, layer_factory
 from enmesh.mqtt.mesh import RouterEndpoint
+from enmesh.mqtt.persistence import resumes
 from enmesh.mqtt.retained import RetainedStore
 from enmesh.mqtt.session import Session
 from enmesh.mqtt.topics import AddressIndex
@@ -48,6 +49,8 @@ class Settings:
     # space -> (identity, password): publishes wills left over from a previous run
     will_accounts: dict[str, tuple[str, str]] = field(default_factory=dict)
     addresses: Path | None = None  # the compiled address index: wildcard subscriptions
+    # 3.1.1 persistent sessions, and 5.0's "never": how long a parked one is kept
+    max_session_expiry: float = 86400.0
 
 
 class Gateway:
@@ -95,15 +98,28 @@ class Gateway:
 
         return accept
 
-    def take_over(self, session: Session) -> None:
-        """MQTT-3.1.4-2: a second connection with the same client id ends the first."""
+    def take_over(self, session: Session) -> Session | None:
+        """MQTT-3.1.4-2: a second connection with the same client id ends the first. With
+        clean start 0 the session the client id has (connected or parked) carries on over
+        the new connection: it is returned (enmesh.mqtt.persistence)."""
         assert session.connect is not None
         key = (session.identity.rsplit("@", 1)[1], session.connect.client_id)
         previous = self.sessions.get(key)
-        self.sessions[key] = session
         self.wills.cancel_delayed(key)
-        if previous is not None and previous is not session:
+        if previous is session:
+            return None
+        if (
+            previous is not None
+            and resumes(session.connect)
+            and previous.identity == session.identity
+            and previous.mesh is not None
+            and not previous.mesh.ended
+        ):
+            return previous
+        self.sessions[key] = session
+        if previous is not None:
             previous.taken_over()
+        return None
 
     def forget(self, session: Session) -> None:
         if session.connect is None or not session.identity:
@@ -155,6 +171,10 @@ class SocketConnection:
 
     def backlog(self) -> int:
         return len(self.out)
+
+    def hand_to(self, session: Session) -> None:
+        """A resumed session carries on over this connection (persistence.py)."""
+        self.session = session
 
     def pause(self, paused: bool) -> None:
         """Stop (or restart) reading the device: its socket buffers fill, TCP slows it."""
@@ -237,7 +257,8 @@ class SocketConnection:
                 self._finish()
                 return
             self._watch()
-            self.session.drained()
+            if self._serves_session():
+                self.session.drained()
 
     def _layer_failed(self, why: str) -> None:
         log.info("connection %s: %s", self.session.peer, why)
@@ -251,4 +272,9 @@ class SocketConnection:
         self.gateway.loop.unregister(self.sock)
         with contextlib.suppress(OSError):
             self.sock.close()
-        self.session.transport_lost()
+        if self._serves_session():
+            self.session.transport_lost()
+
+    def _serves_session(self) -> bool:
+        """False once its session went on without it (parked, then resumed elsewhere)."""
+        return self.session.transport is self

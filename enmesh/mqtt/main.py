@@ -68,6 +68,14 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, str]:
         "match its multicast and topic addresses (without it they are refused)",
     )
     parser.add_argument("--max-packet-size", type=int, default=256 * 1024)
+    parser.add_argument(
+        "--max-session-expiry",
+        type=float,
+        default=86400.0,
+        metavar="SECONDS",
+        help="how long a persistent session (3.1.1 clean session 0; 5.0 expiry 'never', "
+        "or longer) is kept while its device is away (default: one day)",
+    )
     parser.add_argument("--log-level", choices=["debug", "info", "warning"], default="info")
     args = parser.parse_args(argv)
     accounts = {}
@@ -86,6 +94,7 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, str]:
         tls_key=args.tls_key,
         will_accounts=accounts,
         addresses=args.addresses,
+        max_session_expiry=args.max_session_expiry,
     )
     return settings, args.log_level
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from proton import Delivery, Message
 
-from enmesh.mqtt import packets
+from enmesh.mqtt import packets, persistence
 from enmesh.mqtt.codec import Decoder, MalformedPacket, UnsupportedVersion
 from enmesh.mqtt.convert import from_amqp, to_amqp
 from enmesh.mqtt.mesh import LINGER_SECONDS, PAUSE_AT, RESUME_AT, MeshClient
@@ -28,6 +28,7 @@ from enmesh.mqtt.packets import (
     Unsubscribe,
 )
 from enmesh.mqtt.subscribing import Subscriptions
+from enmesh.mqtt.wills import WILL_TOKENS
 from enmesh.router.engine import Timer
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class Transport(Protocol):
     def close(self) -> None: ...
     def backlog(self) -> int: ...
     def pause(self, paused: bool) -> None: ...
+    def hand_to(self, session: Session) -> None: ...
 
 
 class Session:
@@ -59,9 +61,11 @@ class Session:
         self.keep_will = False  # the mesh went away: the will stays stored
         self.eof = False  # the device hung up while packets of its were still held
         self.paused = False  # not reading the device: the mesh has not taken its publishes
-        self.held: deque[Packet] = deque()  # decoded, not yet handled (see _run_held)
+        self.held: deque[Packet] = deque()  # decoded, not yet handled (see run_held)
         self.subscriptions = Subscriptions(self)
-        self.to_device: dict[int, Delivery | None] = {}  # packet id -> mesh delivery (QoS 1/2)
+        # QoS 1/2 sent to the device, until it acknowledges: the mesh delivery to settle
+        # then (None: a retained message) and the PUBLISH (sent again with DUP on resume).
+        self.to_device: dict[int, tuple[Delivery | None, Publish]] = {}
         # QoS 2 (MQTT 4.3.3): the device's publishes the mesh has not settled yet, those
         # answered with PUBREC until the device's PUBREL (a repeat is not forwarded again),
         # and ours answered with PUBREC, PUBREL sent, until the device's PUBCOMP.
@@ -75,6 +79,13 @@ class Session:
         self.identity = ""
         self.space = ""
         self.assigned_id = False
+        # A persistent session outlives its connection (enmesh.mqtt.persistence): parked,
+        # it holds what arrives for the device unsettled until it comes back or expires.
+        self.parked = False
+        self.replaced = False  # taken over by a clean session: it ends, it is not parked
+        self.offline: deque[tuple[str, Delivery, Message]] = deque()
+        self.expiry: Timer | None = None
+        self.will_publisher: Any = None  # wills.py: publishing this parked session's will
         self.gateway.sessions_open += 1
         self.connect_timer: Timer | None = gateway.loop.call_later(
             gateway.settings.connect_timeout, lambda: self._close("no CONNECT in time")
@@ -89,19 +100,19 @@ class Session:
     def feed(self, data: bytes) -> None:
         if self.closed:
             return
-        self._touch()
+        self.touch()
         try:
             self.held.extend(self.decoder.feed(data))
         except UnsupportedVersion as exc:
             self._refuse_connect(exc.reason, str(exc))
         except MalformedPacket as exc:
             self.held.extend(exc.decoded)  # what came before the bad packet still counts
-            self._run_held()
+            self.run_held()
             self._protocol_failure(exc.reason, str(exc))
         else:
-            self._run_held()
+            self.run_held()
 
-    def _run_held(self) -> None:
+    def run_held(self) -> None:
         """Handle what arrived, in order, unless waiting for the mesh (its answer to the
         CONNECT, or its credit while the device is paused)."""
         while self.held and not self.closed and not self.paused:
@@ -125,11 +136,22 @@ class Session:
         elif isinstance(packet, PingReq):
             self.transport.write(packets.PINGRESP_BYTES)
         elif isinstance(packet, Disconnect):
-            # 5.0 reason 0x04: "disconnect with will message" keeps the will.
-            self.clean_end = packet.reason != 0x04
-            self._close("client disconnected")
+            self._on_disconnect(packet)
 
-    def _touch(self) -> None:
+    def _on_disconnect(self, packet: Disconnect) -> None:
+        assert self.connect is not None
+        interval = packet.props.get("session_expiry")
+        if interval is not None:
+            if not self.connect.props.get("session_expiry") and interval:
+                # MQTT-3.14.2-2: a session that was to end with its connection stays so.
+                self._protocol_failure(0x82, "session expiry set on DISCONNECT, not CONNECT")
+                return
+            self.connect.props["session_expiry"] = interval
+        # 5.0 reason 0x04: "disconnect with will message" keeps the will.
+        self.clean_end = packet.reason != 0x04
+        self._close("client disconnected")
+
+    def touch(self) -> None:
         if self.keep_alive is not None:
             self.keep_alive.cancel()
         seconds = self.connect.keep_alive if self.connect else 0
@@ -138,7 +160,7 @@ class Session:
 
     def _expired(self) -> None:
         if self.paused:  # its PINGREQs wait unread behind its publishes
-            self._touch()
+            self.touch()
             return
         self._protocol_failure(packets.KEEP_ALIVE_TIMEOUT, "keep alive expired")
 
@@ -148,7 +170,7 @@ class Session:
         if self.connect_timer is not None:
             self.connect_timer.cancel()
         self.connect = connect
-        self._touch()
+        self.touch()
         if connect.version == 5 and "auth_method" in connect.props:
             self._refuse_connect(0x8C, "enhanced authentication is not offered")
             return
@@ -183,7 +205,19 @@ class Session:
         assert self.connect is not None
         if self.closed:
             return
-        self.gateway.take_over(self)
+        kept = self.gateway.take_over(self)
+        if kept is not None:  # clean start 0: that session carries on over this connection
+            persistence.resume(kept, self)
+            return
+        if self.connect.will is not None:
+            self.gateway.wills.remember(self)  # on disk before the device hears success
+        self.transport.write(packets.connack(self.version, False, packets.SUCCESS, self.props()))
+        self.ready = True
+        self.run_held()
+
+    def props(self) -> dict[str, Any]:
+        """CONNACK properties (5.0): what this gateway offers."""
+        assert self.connect is not None
         props: dict[str, Any] = {}
         if self.connect.version == 5:
             props = {
@@ -196,16 +230,16 @@ class Session:
                 props["wildcard_available"] = 0
             if self.assigned_id:
                 props["assigned_client_id"] = self.connect.client_id
-        if self.connect.will is not None:
-            self.gateway.wills.remember(self)  # on disk before the device hears success
-        self.transport.write(packets.connack(self.version, False, packets.SUCCESS, props))
-        self.ready = True
-        self._run_held()
+        return props
 
     def on_mesh_refused(self, reason: int, text: str) -> None:
         self._refuse_connect(reason, text)
 
     def on_mesh_lost(self, text: str) -> None:
+        if self.parked:  # a router restart, the user removed: the session cannot go on
+            log.info("parked session of %s ended: %s", self.identity, text)
+            persistence.discard(self)
+            return
         if not self.ready:
             self._refuse_connect(packets.SERVER_UNAVAILABLE, text)
             return
@@ -269,6 +303,8 @@ class Session:
 
     def on_sender_attached(self, address: str) -> None:
         """The mesh let the device send to `address`: its retained message may be kept."""
+        if self.will_publisher is not None:
+            self.will_publisher.on_sender_attached(address)
         publish = self.retain_pending.pop(address, None)
         if publish is not None:
             self.gateway.retained.put(self.space, publish)
@@ -277,10 +313,13 @@ class Session:
         if self.paused and self.mesh is not None and self.mesh.backlog() <= RESUME_AT:
             self.paused = False
             self.transport.pause(False)
-            self._touch()  # keep-alive was not read while paused
-            self._run_held()
+            self.touch()  # keep-alive was not read while paused
+            self.run_held()
 
     def on_outcome(self, token: int, reason: int, text: str) -> None:
+        if self.will_publisher is not None and token >= WILL_TOKENS:
+            self.will_publisher.on_outcome(token, reason, text)
+            return
         if self.closed:
             return
         if reason >= 0x80 and self.version == 4:
@@ -313,7 +352,7 @@ class Session:
         retained.qos = min(retained.qos, granted)
         if retained.qos:
             retained.packet_id = self._packet_id()
-            self.to_device[retained.packet_id] = None  # from the store: nothing to settle
+            self.to_device[retained.packet_id] = (None, retained)  # nothing to settle
         if self.version != 5:
             retained.props = {}
         self.transport.write(packets.publish(self.version, retained))
@@ -331,11 +370,14 @@ class Session:
             # In flight when the device unsubscribed: not for it any more (MQTT-3.10.4-2).
             self.mesh.settle(delivery)
             return
+        if self.parked:  # held, unsettled, until the device is back (persistence.py)
+            self.offline.append((topic, delivery, message))
+            return
         packet_id = self._packet_id() if qos else 0
         outgoing = from_amqp(topic, message, qos, packet_id, self.version)
         self.transport.write(packets.publish(self.version, outgoing))
         if qos:
-            self.to_device[packet_id] = delivery
+            self.to_device[packet_id] = (delivery, outgoing)
         elif self.transport.backlog() < WRITE_BACKLOG:
             self.mesh.settle(delivery)
         else:
@@ -366,7 +408,7 @@ class Session:
         if ack.kind == packets.PUBCOMP:  # the end of our QoS 2 publish: the id is free
             self.qos2_released.discard(ack.packet_id)
             return
-        delivery = self.to_device.pop(ack.packet_id, None)
+        delivery = self.to_device.pop(ack.packet_id, (None, None))[0]
         if delivery is not None and self.mesh is not None and not self.mesh.ended:
             # PUBACK, or PUBREC: from then on the message is the device's (MQTT 4.3.3).
             self.mesh.settle(delivery)
@@ -377,13 +419,20 @@ class Session:
     # --- ending ------------------------------------------------------------------------------
 
     def taken_over(self) -> None:
-        """Another connection with this client id arrived (MQTT-3.1.4-3); no will."""
+        """Another connection with this client id arrived (MQTT-3.1.4-3) asking for a
+        clean session; no will, and this session ends."""
+        self.replaced = True
+        if self.parked:
+            persistence.discard(self)
+            return
         if self.version == 5:
             self.transport.write(packets.disconnect(0x8E, "session taken over"))
         self.clean_end = True
         self._close("session taken over")
 
     def transport_lost(self) -> None:
+        if self.parked:
+            return
         if self.held and self.ready and not self.closed:
             # The device sent more than the mesh has taken yet, then hung up: handle what
             # it sent first (for at most LINGER_SECONDS), then end as a lost connection.
@@ -393,7 +442,10 @@ class Session:
         self._close("connection lost")
 
     def _close(self, why: str) -> None:
-        if self.closed:
+        if self.closed or self.parked:
+            return
+        if persistence.may_park(self):
+            persistence.park(self, why)
             return
         self.closed = True
         self.gateway.sessions_open -= 1

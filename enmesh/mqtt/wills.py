@@ -151,7 +151,7 @@ class WillService:
             timer, session = entry
             timer.cancel()
             self._delete(key)
-            if session.mesh is not None:
+            if session.mesh is not None and not session.parked:  # a parked one carries on
                 session.mesh.close()
 
     def _publish_delayed(self, key: Key) -> None:
@@ -167,9 +167,13 @@ class WillService:
         if mesh.ended:
             log.warning("will of %s kept: its mesh connection is gone", session.identity)
             return
-        publisher = _Publisher(self, [StoredWill(_key(session), session.identity, will)])
+        stored = [StoredWill(_key(session), session.identity, will)]
+        publisher = _Publisher(self, stored, shared=session.parked)
         publisher.mesh = mesh
-        mesh.owner = publisher
+        if session.parked:  # the session keeps its connection and passes the outcome on
+            session.will_publisher = publisher
+        else:
+            mesh.owner = publisher
         publisher.on_mesh_open()
 
     def recover(self) -> None:
@@ -198,8 +202,11 @@ class _Publisher:
 
     mesh: MeshClient
 
-    def __init__(self, service: WillService, wills: list[StoredWill]) -> None:
+    def __init__(
+        self, service: WillService, wills: list[StoredWill], *, shared: bool = False
+    ) -> None:
         self.service = service
+        self.shared = shared  # a parked session's connection: not ours to close
         # Tokens above MQTT's packet ids: a will can share the device's own mesh connection,
         # whose in-flight publishes are keyed by their packet ids (1-65535).
         self.waiting = {WILL_TOKENS + i: w for i, w in enumerate(wills)}
@@ -223,14 +230,18 @@ class _Publisher:
         self.service._delete(stored.key)
         if not self.waiting:
             self.timer.cancel()
-            self.mesh.close()
+            self._done()
 
     def _give_up(self) -> None:
         for stored in self.waiting.values():
             log.warning("will of %s to %r not taken in time", stored.identity, stored.will.topic)
             self.service._delete(stored.key)
         self.waiting.clear()
-        self.mesh.close()
+        self._done()
+
+    def _done(self) -> None:
+        if not self.shared:
+            self.mesh.close()
 
     def on_mesh_refused(self, reason: int, text: str) -> None:
         self.timer.cancel()

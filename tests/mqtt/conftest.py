@@ -185,12 +185,14 @@ class Device:
         ca: Path | None = None,
         will: tuple[str, bytes, int] | tuple[str, bytes, int, bool] | None = None,
         will_props: Any = None,
+        clean_session: bool | None = None,
     ) -> None:
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2,
             client_id=client_id,
             protocol=version,
             transport=transport,  # type: ignore[arg-type]
+            clean_session=clean_session,  # 3.1.1 only; 5.0: `clean_start`
         )
         self.client.username_pw_set(identity, password)
         if transport == "websockets":
@@ -205,18 +207,25 @@ class Device:
         self.acks: queue.Queue[tuple[int, Any]] = queue.Queue()
         self.subacks: queue.Queue[list[Any]] = queue.Queue()
         self.disconnects: queue.Queue[Any] = queue.Queue()
-        self.client.on_connect = lambda c, u, f, rc, p: self.connects.put(rc)
+        self.session_present: bool | None = None  # the last CONNACK's flag
+        self.client.on_connect = self._on_connect
         self.client.on_message = lambda c, u, m: self.messages.put(m)
         self.client.on_publish = lambda c, u, mid, rc, p: self.acks.put((mid, rc))
         self.client.on_subscribe = lambda c, u, mid, rcs, p: self.subacks.put(rcs)
         self.client.on_disconnect = lambda c, u, f, rc, p: self.disconnects.put(rc)
         self.port = port
         self.connect_properties: Any = None
+        self.clean_start: Any = mqtt.MQTT_CLEAN_START_FIRST_ONLY  # 5.0
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        self.session_present = bool(flags.session_present)
+        self.connects.put(rc)
 
     def connect(self, timeout: float = 10) -> Any:
         """Connect and return the CONNACK's reason code."""
+        clean = {"clean_start": self.clean_start} if self.client.protocol == mqtt.MQTTv5 else {}
         self.client.connect(
-            "127.0.0.1", self.port, keepalive=30, properties=self.connect_properties
+            "127.0.0.1", self.port, keepalive=30, properties=self.connect_properties, **clean
         )
         self.client.loop_start()
         return self.connects.get(timeout=timeout)
