@@ -31,6 +31,7 @@ Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi
 DnsLabel = Annotated[
     str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ]
+ServicePort = Annotated[int, Field(ge=0, le=65535)]
 PrometheusUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$")]
 DnsName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9*]([-a-z0-9.]*[a-z0-9])?$")]
 KubernetesVersion = Annotated[str, StringConstraints(pattern=r"^1\.[0-9]{2}$")]
@@ -122,6 +123,11 @@ class KubeStackConfig(BaseModel):
     nodeCount: Annotated[int, Field(ge=1, le=100)] | None = None  # noqa: N815
     nodeSize: str | None = None  # noqa: N815
     gcpProject: str | None = None  # noqa: N815
+    # The MQTT gateway's Service ports, what devices connect to; 0 leaves that listener out.
+    mqttPort: ServicePort = 1883  # noqa: N815
+    mqttsPort: ServicePort = 8883  # noqa: N815
+    mqttWsPort: ServicePort = 8083  # noqa: N815
+    mqttWssPort: ServicePort = 8084  # noqa: N815
 
     @model_validator(mode="after")
     def _provider_keys(self) -> KubeStackConfig:
@@ -163,9 +169,31 @@ class KubeStackConfig(BaseModel):
                 f"{NAMESPACE}:consolePrometheus: only with {NAMESPACE}:console: true "
                 "(the console is its only reader)"
             )
+        problems += self._mqtt_port_problems()
         if problems:
             raise ValueError("; ".join(sorted(set(problems))))
         return self
+
+    def _mqtt_port_problems(self) -> list[str]:
+        ports = [self.mqttPort, self.mqttsPort, self.mqttWsPort, self.mqttWssPort]
+        keys = "mqttPort, mqttsPort, mqttWsPort, mqttWssPort"
+        given = [port for port in ports if port]
+        if not given:
+            return [f"{NAMESPACE}:{keys}: at least one MQTT listener must stay (not all 0)"]
+        if len(set(given)) < len(given):
+            return [f"{NAMESPACE}:{keys}: two MQTT listeners share a port"]
+        return []
+
+    @property
+    def mqtt_service_ports(self) -> dict[str, int]:
+        """The gateway's listeners (mqtt, mqtts, ws, wss) and their Service ports."""
+        ports = {
+            "mqtt": self.mqttPort,
+            "mqtts": self.mqttsPort,
+            "ws": self.mqttWsPort,
+            "wss": self.mqttWssPort,
+        }
+        return {kind: port for kind, port in ports.items() if port}
 
     @property
     def router_image(self) -> str:

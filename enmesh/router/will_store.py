@@ -36,6 +36,7 @@ class WillStore:
         self.path = path
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600, exist_ok=True)  # wills are messages: the router's alone
         self.db = sqlite3.connect(str(path) if path is not None else ":memory:")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")  # a will is written rarely: make it last

@@ -59,7 +59,10 @@ class MqttGateway(pulumi.ComponentResource):
             opts=child,
         )
         router = f"amqps://{names.service_host(names.messaging)}:{PORTS['amqps']}"
-        listen = [f"--listen={kind}:0.0.0.0:{port}" for kind, port in MQTT_PORTS.items()]
+        # Listeners the stack keeps (enmesh:mqtt*Port); in the pod each has its usual port.
+        exposed = config.mqtt_service_ports
+        listen = [f"--listen={kind}:0.0.0.0:{MQTT_PORTS[kind]}" for kind in exposed]
+        probed = next(iter(exposed))
         container = core.ContainerArgs(
             name="gateway",
             image=config.toolsImage,
@@ -73,7 +76,7 @@ class MqttGateway(pulumi.ComponentResource):
                 f"--state-dir={STATE_DIR}",
                 f"--addresses={ADDRESSES_DIR}/addresses.json",
             ],
-            ports=[core.ContainerPortArgs(name=k, container_port=p) for k, p in MQTT_PORTS.items()],
+            ports=[core.ContainerPortArgs(name=k, container_port=MQTT_PORTS[k]) for k in exposed],
             volume_mounts=[
                 w.mount("tls", TLS_DIR),
                 w.mount("state", STATE_DIR, read_only=False),
@@ -81,8 +84,8 @@ class MqttGateway(pulumi.ComponentResource):
             ],
             resources=w.resources("250m", "256Mi"),
             security_context=w.container_security(),
-            readiness_probe=w.tcp_probe("mqtt", period=5),
-            liveness_probe=w.tcp_probe("mqtt"),
+            readiness_probe=w.tcp_probe(probed, period=5),
+            liveness_probe=w.tcp_probe(probed),
         )
         k8s.apps.v1.Deployment(
             name,
@@ -121,7 +124,10 @@ class MqttGateway(pulumi.ComponentResource):
             spec=core.ServiceSpecArgs(
                 type=config.provider.client_service_type,
                 selector=selector,
-                ports=[w.service_port(k, p) for k, p in MQTT_PORTS.items()],
+                ports=[w.service_port(k, p) for k, p in exposed.items()],
+                # A device comes back to the replica that holds its parked persistent
+                # session (docs/mqtt.md): sessions live in one gateway process.
+                session_affinity="ClientIP",
             ),
             opts=child,
         )

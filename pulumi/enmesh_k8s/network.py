@@ -50,6 +50,7 @@ class NetworkPolicies(pulumi.ComponentResource):
         names: KubeNames,
         *,
         console: bool,
+        mqtt_kinds: list[str],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("enmesh:k8s:NetworkPolicies", name, None, opts)
@@ -88,7 +89,9 @@ class NetworkPolicies(pulumi.ComponentResource):
         )
         self._policy("keycloak", pods["keycloak"], [_rule([anyone], [KEYCLOAK_HTTPS])])
         self._policy(
-            "mqtt-gateway", pods["mqtt-gateway"], [_rule([anyone], list(MQTT_PORTS.values()))]
+            "mqtt-gateway",
+            pods["mqtt-gateway"],
+            [_rule([anyone], [MQTT_PORTS[kind] for kind in mqtt_kinds])],
         )
         self._policy(
             "keycloak-db", pods["keycloak-db"], [_rule([_peer(pods["keycloak"])], [POSTGRES])]

@@ -83,7 +83,13 @@ def build() -> dict[str, Any]:
         "credentials", stack=stack, namespace=names.namespace, secrets=secrets, opts=opts
     )
     tls = Tls("tls", stack, names.namespace, _certificates(layout, config), opts=opts)
-    NetworkPolicies("network", names, console=config.console, opts=opts)
+    NetworkPolicies(
+        "network",
+        names,
+        console=config.console,
+        mqtt_kinds=list(config.mqtt_service_ports),
+        opts=opts,
+    )
     mesh = RouterMesh(
         "router",
         layout=layout,

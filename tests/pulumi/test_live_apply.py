@@ -50,7 +50,12 @@ def test_an_address_change_updates_the_config_secret_in_place_and_rolls_no_pod(
     assert rights_changed[1] == base[1]
     assert set(changed[2]) == set(base[2])  # the same files: the volume's items stay
     container = base[1]["spec"]["containers"][0]
-    assert container["command"][-2:] == ["--watch-config", "2"]  # it reloads the swap
+    command = container["command"]
+    assert command[command.index("--watch-config") + 1] == "2"  # it reloads the swap
+    store = command[command.index("--will-store") + 1]  # wills on a writable emptyDir
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert store.startswith(mounts["wills"]["mountPath"] + "/")
+    assert not mounts["wills"].get("readOnly", False)
 
 
 QDR = "registry.example/qdr:1.19"

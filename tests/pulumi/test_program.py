@@ -447,3 +447,34 @@ def test_mqtt_gateway_is_an_amqps_client_of_the_routers_behind_its_own_service(
     policy = _one(capture, "NetworkPolicy", f"{stack}-mqtt-gateway")
     allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     assert allowed == {1883, 8883, 8083, 8084}
+
+
+def test_mqtt_ports_come_from_the_stack_config_and_a_device_keeps_its_replica() -> None:
+    capture = run_with("local", mqttPort=11883, mqttWsPort=0, mqttWssPort=0)
+    assert schema_problems(capture.objects, _config("local").kubernetesVersion) == []
+    service = _one(capture, "Service", "local-mqtt")
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        "mqtt": (11883, "mqtt"),  # the Service's port; the pod keeps 1883
+        "mqtts": (8883, "mqtts"),
+    }
+    # Persistent sessions live in one gateway process: a device returns to it.
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
+    spec = pod_spec(_one(capture, "Deployment", "local-mqtt"))
+    assert spec is not None
+    listening = [a for a in spec["containers"][0]["command"] if a.startswith("--listen=")]
+    assert listening == ["--listen=mqtt:0.0.0.0:1883", "--listen=mqtts:0.0.0.0:8883"]
+    policy = _one(capture, "NetworkPolicy", "local-mqtt-gateway")
+    allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert allowed == {1883, 8883}
+
+
+@pytest.mark.parametrize(
+    ("ports", "problem"),
+    [
+        ({"mqttPort": 0, "mqttsPort": 0, "mqttWsPort": 0, "mqttWssPort": 0}, "at least one"),
+        ({"mqttPort": 8883}, "share a port"),
+    ],
+)
+def test_mqtt_ports_that_cannot_work_are_refused(ports: dict[str, int], problem: str) -> None:
+    with pytest.raises(pulumi.RunError, match=problem):
+        run_with("local", **ports)
