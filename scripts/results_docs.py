@@ -179,6 +179,20 @@ BENCHES = (
         ),
     ),
     Bench(
+        "router_wills.json", "Router wills churn",
+        f"{PY} benchmarks/router_wills.py --cycles 6000 --sample-every 500",
+        "Client lives on router 0 of a 2-router mesh, each registering a will on `$lwt`, "
+        "half cancelling it (detach), half leaving it (connection closed) for a consumer on "
+        "router 1; router 0's RSS sampled (target: < 5 MB growth after warm-up).",
+        _pairs(
+            ("client lives", "cycles", "{:,}"), ("rate", "cycles_per_second", "{:,} /s"),
+            ("wills published", "wills_published", "{:,}"),
+            ("wills received by the consumer", "wills_received", "{:,}"),
+            ("left in the will store", "wills_left_in_store", "{}"),
+            ("RSS growth after warm-up (KB)", "rss_growth_after_warm_up_kb", "{}"),
+        ),
+    ),
+    Bench(
         "router_fuzz.json", "Router fuzz", f"{PY} benchmarks/router_fuzz.py --seconds 300",
         "Random bytes, invalid UTF-8, fields of the wrong type, mutated sessions and random "
         "performatives against one router.",
