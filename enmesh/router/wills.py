@@ -133,11 +133,9 @@ class Wills:
 
     def detached(self, link: Link) -> None:
         """The client detached a link: a will link without an error cancels its will."""
-        will_link: WillLink | None = getattr(link, "enmesh_will", None)
-        if will_link is None or will_link.will is None:
+        will = self._take(link)
+        if will is None:
             return
-        will, will_link.will = will_link.will, None
-        self.registered -= 1
         condition = link.remote_condition
         if condition is None:
             self.store.delete(will.row)
@@ -147,13 +145,21 @@ class Wills:
 
     def lost(self, link: Link) -> None:
         """A link gone without a detach (its connection or session ended)."""
+        will = self._take(link)
+        if will is not None:
+            log.info(
+                "%s: connection ended with the will link attached: publishing", will.describe()
+            )
+            self._publish(will)
+
+    def _take(self, link: Link) -> Will | None:
+        """The will a will link holds, which it holds no more."""
         will_link: WillLink | None = getattr(link, "enmesh_will", None)
         if will_link is None or will_link.will is None:
-            return
+            return None
         will, will_link.will = will_link.will, None
         self.registered -= 1
-        log.info("%s: connection ended with the will link attached: publishing", will.describe())
-        self._publish(will)
+        return will
 
     # --- publishing ---------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """Wills of AMQP clients (`$lwt`) on a real 2-router mesh, clients in their own processes.
 
-Space `acme` and space `iot` both have an anycast address `alerts`; `app@acme` may send
-to it (not to `secret`), `watcher@acme` and `dev@iot` consume it on router 1, while wills
-are registered on router 0, so a published will crosses the mesh. A will that must not
+The sample model: spaces `iot` and `acme` both have an anycast address `telemetry`;
+`device@iot` may send to it (and only receive from `commands`), `backend@iot` and
+`app@acme` consume it on router 1, while wills are registered on router 0, so a published
+will crosses the mesh. A will that must not
 be published is shown absent by a marker sent after its client ended, from the same
 router on the same path: the consumer's next message is the marker.
 """
@@ -27,63 +28,12 @@ from tests.support.amqp import Account, Scenario, run
 from tests.support.mesh import Mesh, build_mesh, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = """\
-apiVersion: enmesh.io/v1
-kind: AddressPlan
-metadata: {name: anycast}
-spec: {addressType: anycast}
----
-apiVersion: enmesh.io/v1
-kind: AddressSpacePlan
-metadata: {name: small}
-spec:
-  addressSpaceType: standard
-  resourceLimits: {connections: 100, addresses: 10}
-  addressPlans: [anycast]
-"""
-for _space in ("acme", "iot"):
-    MODEL += f"""---
-apiVersion: enmesh.io/v1
-kind: AddressSpace
-metadata: {{name: {_space}}}
-spec: {{type: standard, plan: small}}
----
-apiVersion: enmesh.io/v1
-kind: Address
-metadata: {{name: {_space}.alerts}}
-spec: {{addressSpace: {_space}, address: alerts, type: anycast, plan: anycast}}
-"""
-MODEL += """---
-apiVersion: enmesh.io/v1
-kind: Address
-metadata: {name: acme.secret}
-spec: {addressSpace: acme, address: secret, type: anycast, plan: anycast}
-"""
-for _user, _space, _recv in (
-    ("app", "acme", "[alerts, secret]"),
-    ("watcher", "acme", "[alerts]"),
-    ("dev", "iot", "[alerts]"),
-):
-    MODEL += f"""---
-apiVersion: enmesh.io/v1
-kind: MessagingUser
-metadata: {{name: {_space}.{_user}}}
-spec:
-  addressSpace: {_space}
-  username: {_user}
-  authentication: {{passwordSecret: {{name: {_space}-{_user}, key: password}}}}
-  authorization:
-    - {{operations: [send], addresses: [alerts]}}
-    - {{operations: [recv], addresses: {_recv}}}
-"""
 
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     directory = tmp_path_factory.mktemp("wills")
-    model = directory / "wills.model.yml"
-    model.write_text(MODEL)
-    built = build_mesh(directory / "mesh", routers=2, models=[model])
+    built = build_mesh(directory / "mesh", routers=2)  # the sample model
     for router in built.routers:
         router.options = ("--will-store", str(directory / f"wills-{router.index}.sqlite3"))
     try:
@@ -100,11 +50,11 @@ def account(mesh: Mesh, router: int, user: str) -> Account:
 
 
 class Consumer:
-    """A receiver of `alerts` on router 1, open for the whole test."""
+    """A receiver of `telemetry` on router 1, open for the whole test."""
 
     def __init__(self, mesh: Mesh, user: str) -> None:
         self.connection: BlockingConnection = account(mesh, 1, user).blocking(timeout=90)
-        self.receiver: BlockingReceiver = self.connection.create_receiver("alerts", credit=10)
+        self.receiver: BlockingReceiver = self.connection.create_receiver("telemetry", credit=10)
 
     def next(self, timeout: float = 60) -> Message:
         message = self.receiver.receive(timeout=timeout)
@@ -128,7 +78,7 @@ class Consumer:
 
 @pytest.fixture
 def watcher(mesh: Mesh) -> Iterator[Consumer]:
-    consumer = Consumer(mesh, "watcher@acme")
+    consumer = Consumer(mesh, "backend@iot")
     yield consumer
     consumer.close()
 
@@ -136,7 +86,7 @@ def watcher(mesh: Mesh) -> Iterator[Consumer]:
 class WillClient:
     """tests/support/will_client.py in its own process, its wills accepted by router 0."""
 
-    def __init__(self, mesh: Mesh, wills: list[dict[str, Any]], user: str = "app@acme") -> None:
+    def __init__(self, mesh: Mesh, wills: list[dict[str, Any]], user: str = "device@iot") -> None:
         spec = {
             "url": mesh.url(0),
             "user": user,
@@ -167,13 +117,13 @@ class WillClient:
 
 
 def send(mesh: Mesh, user: str, body: str) -> None:
-    """A marker on router 0 (the wills' router) to `alerts`, once a consumer has it.
+    """A marker on router 0 (the wills' router) to `telemetry`, once a consumer has it.
 
     Presettled: the consumer's blocking connection turns only in its own calls, so this
     one cannot wait for its outcome."""
     connection = account(mesh, 0, user).blocking(timeout=30)
     try:
-        connection.create_sender("alerts", options=AtMostOnce()).send(Message(body=body))
+        connection.create_sender("telemetry", options=AtMostOnce()).send(Message(body=body))
     finally:
         connection.close()
 
@@ -204,7 +154,7 @@ def stored_wills(mesh: Mesh) -> int:
         return int(db.execute("SELECT count(*) FROM wills").fetchone()[0])
 
 
-WILL = {"to": "alerts", "body": "app-7 is gone", "properties": {"device": "app-7"}}
+WILL = {"to": "telemetry", "body": "app-7 is gone", "properties": {"device": "app-7"}}
 
 
 @pytest.mark.parametrize("ending", ["kill", "close"])
@@ -224,7 +174,7 @@ def test_a_will_is_published_when_the_connection_ends_with_its_link_attached(
     assert (will.body, will.properties, will.address) == (
         "app-7 is gone",
         {"device": "app-7"},
-        "alerts",
+        "telemetry",
     )
     wait_published(mesh, watcher)
     assert wills_published(mesh) == published_before + 1
@@ -238,29 +188,29 @@ def test_a_will_is_published_when_the_connection_ends_with_its_link_attached(
 def test_a_detached_will_link_cancels_the_will(mesh: Mesh, watcher: Consumer) -> None:
     client = WillClient(mesh, [WILL])
     client.end("detach")
-    send(mesh, "app@acme", "marker")
+    send(mesh, "device@iot", "marker")
     assert watcher.next().body == "marker"
     assert stored_wills(mesh) == 0
 
 
 def test_a_second_will_on_the_link_replaces_the_first(mesh: Mesh, watcher: Consumer) -> None:
-    client = WillClient(mesh, [WILL, {"to": "alerts", "body": "second"}])
+    client = WillClient(mesh, [WILL, {"to": "telemetry", "body": "second"}])
     assert stored_wills(mesh) == 1
     client.end("kill")
     assert watcher.next().body == "second"
-    send(mesh, "app@acme", "marker")
+    send(mesh, "device@iot", "marker")
     assert watcher.next().body == "marker"
     wait_published(mesh, watcher)
 
 
 def test_a_will_stays_in_its_clients_address_space(mesh: Mesh, watcher: Consumer) -> None:
-    other = Consumer(mesh, "dev@iot")
+    other = Consumer(mesh, "app@acme")
     try:
         WillClient(mesh, [WILL]).end("kill")
         assert watcher.next().body == "app-7 is gone"
         wait_published(mesh, watcher)
-        send(mesh, "dev@iot", "iot marker")
-        assert other.next().body == "iot marker"
+        send(mesh, "app@acme", "acme marker")
+        assert other.next().body == "acme marker"
     finally:
         other.close()
 
@@ -274,7 +224,7 @@ class Register(Scenario):
         self.outcome: tuple[str, str | None, str | None] | None = None
 
     def on_start(self, event: Any) -> None:
-        event.container.create_sender(self.open(account(self.mesh, 0, "app@acme")), "$lwt")
+        event.container.create_sender(self.open(account(self.mesh, 0, "device@iot")), "$lwt")
 
     def on_sendable(self, event: Any) -> None:
         if self.outcome is None and not getattr(self, "sent", False):
@@ -300,7 +250,7 @@ class Register(Scenario):
 @pytest.mark.parametrize(
     ("to", "condition"),
     [
-        ("secret", "amqp:unauthorized-access"),  # the user may receive from it, not send
+        ("commands", "amqp:unauthorized-access"),  # the user may receive from it, not send
         (None, "amqp:precondition-failed"),
         ("$lwt", "amqp:not-allowed"),
     ],
@@ -321,7 +271,7 @@ class ReceiveFromWills(Scenario):
         self.refusal: str | None = None
 
     def on_start(self, event: Any) -> None:
-        event.container.create_receiver(self.open(account(self.mesh, 0, "app@acme")), "$lwt")
+        event.container.create_receiver(self.open(account(self.mesh, 0, "device@iot")), "$lwt")
 
     def on_link_error(self, event: Any) -> None:
         self.refusal = event.link.remote_condition.name
@@ -335,7 +285,7 @@ def test_nobody_receives_from_the_will_address(mesh: Mesh) -> None:
 def test_a_will_outlives_its_router(mesh: Mesh, watcher: Consumer) -> None:
     """Router 0 killed with the client's link attached: its will is published when it
     starts again (the connection ended with the process). Last here: it restarts router 0."""
-    client = WillClient(mesh, [{"to": "alerts", "body": "lost with router 0"}])
+    client = WillClient(mesh, [{"to": "telemetry", "body": "lost with router 0"}])
     mesh.routers[0].kill()
     client.end("kill")
     assert stored_wills(mesh) == 1
