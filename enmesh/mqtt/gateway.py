@@ -17,7 +17,7 @@ from pathlib import Path
 
 from enmesh.mqtt.layers import Layer, layer_factory
 from enmesh.mqtt.mesh import RouterEndpoint
-from enmesh.mqtt.persistence import resumes
+from enmesh.mqtt.persistence import persists, resumes
 from enmesh.mqtt.retained import RetainedStore
 from enmesh.mqtt.session import Session
 from enmesh.mqtt.topics import AddressIndex
@@ -111,6 +111,8 @@ class Gateway:
         if (
             previous is not None
             and resumes(session.connect)
+            and previous.connect is not None
+            and persists(previous.connect)  # MQTT-3.1.2-6: a clean session's state is not kept
             and previous.identity == session.identity
             and previous.mesh is not None
             and not previous.mesh.ended

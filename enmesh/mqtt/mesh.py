@@ -224,9 +224,10 @@ class MeshClient:
         self._process()
         return True
 
-    def settle(self, delivery: Delivery) -> None:
-        """The device has the message (QoS 0: written; QoS 1: PUBACK): accept, top up."""
-        delivery.update(Delivery.ACCEPTED)
+    def settle(self, delivery: Delivery, outcome: int = Delivery.ACCEPTED) -> None:
+        """The device has the message (QoS 0: written; QoS 1: PUBACK): accept, top up.
+        (`Delivery.RELEASED`: the device will not have it; the mesh offers it again.)"""
+        delivery.update(outcome)
         delivery.settle()
         receiver = delivery.link
         if not receiver.state & Endpoint.LOCAL_CLOSED:

@@ -10,7 +10,9 @@ there, so the contract of each address holds while it is offline:
   so its producer's PUBACK or AMQP outcome waits for the device;
 - credit bounds it: each subscription holds at most `CREDIT_WINDOW` (64) messages;
   past that the mesh gives its producers no credit for this device (other consumers of an
-  anycast address take the traffic; stored addresses keep it on the broker).
+  anycast address take the traffic; stored addresses keep it on the broker);
+- multicast is the exception (`hold`): the router paces a multicast producer to its
+  slowest subscriber, so copies are taken and the newest MULTICAST_HELD kept here.
 
 A CONNECT with `clean session = 0` (5.0: `clean start = 0`) for a parked or connected
 session resumes it, once the router has accepted the device's credentials on a new AMQP
@@ -22,7 +24,7 @@ what was held while offline, in order. A session expires after its interval (5.0
 held goes back to the mesh (released).
 
 Parked sessions live in the gateway process: a gateway restart ends them (their AMQP
-connections close; held messages are released, so stored ones stay on the brokers) and
+connections close; what they held goes back to the mesh, so stored ones stay on the brokers) and
 the device's next CONNECT gets `session present = 0`.
 """
 
@@ -32,6 +34,8 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
+from proton import Delivery, Message
+
 from enmesh.mqtt import packets
 from enmesh.mqtt.packets import Connect
 
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("enmesh.mqtt.session")
 NEVER = 0xFFFFFFFF  # MQTT 5: the session does not expire
+MULTICAST_HELD = 1000  # multicast messages kept per parked session (the newest)
 
 
 def persists(connect: Connect) -> bool:
@@ -103,7 +108,7 @@ def park(session: Session, why: str) -> None:
     log.info("session of %s (%s) parked: %s", session.identity, session.connect.client_id, why)
     session.parked = True
     session.gateway.sessions_open -= 1
-    for timer in (session.keep_alive, session.connect_timer):
+    for timer in (session.keep_alive, session.connect_timer, session.linger):
         if timer is not None:
             timer.cancel()
     session.held.clear()
@@ -125,14 +130,41 @@ def _expire(session: Session) -> None:
 
 
 def discard(session: Session) -> None:
-    """The session ends: its receivers detach, what they held goes back (released)."""
+    """The session ends: what it held goes back to the mesh (released), its receivers
+    detach, and a will still waiting for its delay goes out now (MQTT 5 3.1.2.5: at the
+    end of the session at the latest)."""
     if session.expiry is not None:
         session.expiry.cancel()
     session.parked, session.closed = False, True
+    mesh = session.mesh
+    if mesh is not None and not mesh.ended:
+        held = [d for _, d, _ in session.offline] + [d for d, _ in session.to_device.values()]
+        for delivery in held:
+            if delivery is not None:
+                mesh.settle(delivery, Delivery.RELEASED)
     session.offline.clear()
-    if session.mesh is not None:
-        session.mesh.close()
+    session.to_device.clear()
     session.gateway.forget(session)
+    if session.gateway.wills.end_of_session(session):
+        return  # the will's publisher closes the mesh connection once the will is out
+    if mesh is not None:
+        mesh.close()
+
+
+def hold(session: Session, topic: str, delivery: Delivery | None, message: Message) -> None:
+    """A message for a parked session. Held unsettled, so the mesh's contract holds while
+    the device is away, except on a multicast address: there an unsettled copy would hold
+    back every subscriber of the address (the router gives its producers credit for the
+    slowest one), so the copy is taken and kept here, the newest MULTICAST_HELD."""
+    space = session.space
+    if delivery is not None and session.gateway.addresses.kind(space, topic) == "multicast":
+        assert session.mesh is not None
+        session.mesh.settle(delivery)
+        delivery = None
+        kept = [entry for entry in session.offline if entry[1] is None]
+        if len(kept) >= MULTICAST_HELD:
+            session.offline.remove(kept[0])
+    session.offline.append((topic, delivery, message))
 
 
 def resume(session: Session, newer: Session) -> None:
@@ -149,6 +181,8 @@ def resume(session: Session, newer: Session) -> None:
     _retire(newer)
     session.parked = False
     session.gateway.sessions_open += 1
+    if session.linger is not None:
+        session.linger.cancel()
     transport.hand_to(session)
     session.transport, session.decoder, session.peer = transport, newer.decoder, newer.peer
     session.connect, session.held = newer.connect, newer.held

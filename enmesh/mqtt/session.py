@@ -83,8 +83,9 @@ class Session:
         # it holds what arrives for the device unsettled until it comes back or expires.
         self.parked = False
         self.replaced = False  # taken over by a clean session: it ends, it is not parked
-        self.offline: deque[tuple[str, Delivery, Message]] = deque()
+        self.offline: deque[tuple[str, Delivery | None, Message]] = deque()
         self.expiry: Timer | None = None
+        self.linger: Timer | None = None  # a lost connection's last packets, then the end
         self.will_publisher: Any = None  # wills.py: publishing this parked session's will
         self.gateway.sessions_open += 1
         self.connect_timer: Timer | None = gateway.loop.call_later(
@@ -230,6 +231,12 @@ class Session:
                 props["wildcard_available"] = 0
             if self.assigned_id:
                 props["assigned_client_id"] = self.connect.client_id
+            requested = int(self.connect.props.get("session_expiry", 0))
+            kept = persistence.expiry_seconds(
+                self.connect, self.gateway.settings.max_session_expiry
+            )
+            if requested and kept < requested:  # MQTT 5 3.2.2.3.2: the server's own value
+                props["session_expiry"] = int(kept)
         return props
 
     def on_mesh_refused(self, reason: int, text: str) -> None:
@@ -363,21 +370,30 @@ class Session:
 
     # --- messages to the device ------------------------------------------------------------
 
-    def on_message(self, topic: str, delivery: Delivery, message: Message) -> None:
+    def on_message(self, topic: str, delivery: Delivery | None, message: Message) -> None:
+        """A message for the device (`delivery` None: one a parked session already took
+        from a multicast address, see persistence.hold)."""
         assert self.mesh is not None
+        if self.closed:  # discarded while its mesh connection lingers: not for anyone here
+            if delivery is not None:
+                self.mesh.settle(delivery, Delivery.RELEASED)
+            return
         qos = self.subscriptions.qos_for(topic)  # one pass over the filters per message
         if qos is None:
             # In flight when the device unsubscribed: not for it any more (MQTT-3.10.4-2).
-            self.mesh.settle(delivery)
+            if delivery is not None:
+                self.mesh.settle(delivery)
             return
-        if self.parked:  # held, unsettled, until the device is back (persistence.py)
-            self.offline.append((topic, delivery, message))
+        if self.parked:  # held until the device is back (persistence.py)
+            persistence.hold(self, topic, delivery, message)
             return
         packet_id = self._packet_id() if qos else 0
         outgoing = from_amqp(topic, message, qos, packet_id, self.version)
         self.transport.write(packets.publish(self.version, outgoing))
         if qos:
             self.to_device[packet_id] = (delivery, outgoing)
+        elif delivery is None:
+            pass  # taken from the mesh already
         elif self.transport.backlog() < WRITE_BACKLOG:
             self.mesh.settle(delivery)
         else:
@@ -437,7 +453,9 @@ class Session:
             # The device sent more than the mesh has taken yet, then hung up: handle what
             # it sent first (for at most LINGER_SECONDS), then end as a lost connection.
             self.eof = True
-            self.gateway.loop.call_later(LINGER_SECONDS, lambda: self._close("connection lost"))
+            self.linger = self.gateway.loop.call_later(
+                LINGER_SECONDS, lambda: self._close("connection lost")
+            )
             return
         self._close("connection lost")
 

@@ -72,6 +72,10 @@ class AddressIndex:
         self._spaces = {str(s): {str(a): str(t) for a, t in v.items()} for s, v in spaces.items()}
         return True
 
+    def kind(self, space: str, address: str) -> str | None:
+        """The address's type (anycast, multicast, queue, ...), if the index has it."""
+        return self._spaces.get(space, {}).get(address)
+
     def matching(self, space: str, filters: Iterable[str]) -> set[str]:
         """The space's publish-subscribe addresses any of `filters` matches."""
         wanted = list(filters)

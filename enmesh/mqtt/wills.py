@@ -23,6 +23,7 @@ from enmesh.mqtt import packets
 from enmesh.mqtt.convert import to_amqp
 from enmesh.mqtt.mesh import MeshClient
 from enmesh.mqtt.packets import Publish, Will
+from enmesh.mqtt.persistence import expiry_seconds
 from enmesh.router.engine import Timer
 
 if TYPE_CHECKING:
@@ -136,13 +137,33 @@ class WillService:
         delay = 0
         if connect.version == 5:
             will_delay = int(connect.will.props.get("will_delay", 0))  # type: ignore[union-attr]
-            delay = min(will_delay, int(connect.props.get("session_expiry", 0)))
+            ends = expiry_seconds(connect, self.gateway.settings.max_session_expiry)
+            delay = int(min(will_delay, ends))  # the session's real end, capped or not
         if delay:
             key = _key(session)
             timer = self.gateway.loop.call_later(delay, lambda: self._publish_delayed(key))
             self.delayed[key] = (timer, session)
             return
         self._publish_with(session)
+
+    def end_of_session(self, session: Session) -> bool:
+        """A parked session ends (expiry, discard): its will goes out now if it was still
+        waiting for its delay, or keeps going if it is on its way. True if the will's
+        publisher now owns the session's mesh connection (and closes it when done)."""
+        key = _key(session)
+        entry = self.delayed.get(key)
+        if entry is not None and entry[1] is session:
+            del self.delayed[key]
+            entry[0].cancel()
+            self._publish_with(session)  # not parked any more: the publisher owns the mesh
+            return session.mesh is not None and not session.mesh.ended
+        publisher = session.will_publisher
+        if publisher is not None and publisher.waiting and session.mesh is not None:
+            publisher.shared = False
+            session.mesh.owner = publisher
+            session.will_publisher = None
+            return True
+        return False
 
     def cancel_delayed(self, key: Key) -> None:
         """The device came back within its will delay: no will (MQTT-3.1.3-9)."""

@@ -53,6 +53,7 @@ class ConnectionInfo:
     strip: StripAnnotations = StripAnnotations.BOTH  # the listener's or connector's
     session_frames: int = 0  # maxSessionFrames: every session's incoming window
     authenticated: Authenticated | None = None  # what an authServicePlugin's service said
+    will_links: int = 0  # `$lwt` links attached (enmesh.router.wills)
 
     def internal(self, address: str) -> str:
         return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address

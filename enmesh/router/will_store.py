@@ -8,14 +8,23 @@ Without a file, wills live only as long as the process.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+log = logging.getLogger("enmesh.router.wills")
+
+
+class WillStoreError(Exception):
+    """The store could not write a will."""
+
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS wills (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
-    hostname TEXT NOT NULL, user TEXT NOT NULL, address TEXT NOT NULL, message BLOB NOT NULL
+    hostname TEXT NOT NULL, user TEXT NOT NULL, address TEXT NOT NULL, internal TEXT NOT NULL,
+    message BLOB NOT NULL
 )
 """
 
@@ -26,6 +35,7 @@ class StoredWill:
     hostname: str  # the connection's vhost ("" without policy)
     user: str
     address: str  # the will's `to`, as the client named it
+    internal: str  # that address inside the router (`<space>/<to>` on a multi-tenant listener)
     message: bytes  # the will message, as the client sent it
 
 
@@ -43,24 +53,36 @@ class WillStore:
         self.db.execute(SCHEMA)
         self.db.commit()
 
-    def put(self, row: int | None, hostname: str, user: str, address: str, message: bytes) -> int:
-        """Store a will (replacing `row`, a will registered earlier on the same link)."""
-        with self.db:
-            if row is not None:
-                self.db.execute("DELETE FROM wills WHERE id = ?", (row,))
-            cursor = self.db.execute(
-                "INSERT INTO wills (hostname, user, address, message) VALUES (?, ?, ?, ?)",
-                (hostname, user, address, message),
-            )
+    def put(self, row: int | None, will: StoredWill) -> int:
+        """Store a will (replacing `row`, a will registered earlier on the same link).
+
+        Raises WillStoreError if it cannot be written: the will is then refused."""
+        try:
+            with self.db:
+                if row is not None:
+                    self.db.execute("DELETE FROM wills WHERE id = ?", (row,))
+                cursor = self.db.execute(
+                    "INSERT INTO wills (hostname, user, address, internal, message)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (will.hostname, will.user, will.address, will.internal, will.message),
+                )
+        except sqlite3.Error as exc:
+            raise WillStoreError(f"{self.path or 'memory'}: {exc}") from exc
         return int(cursor.lastrowid or 0)
 
     def delete(self, row: int) -> None:
-        with self.db:
-            self.db.execute("DELETE FROM wills WHERE id = ?", (row,))
+        """Forget a will; a failure is logged (the will may come again after a restart)."""
+        try:
+            with self.db:
+                self.db.execute("DELETE FROM wills WHERE id = ?", (row,))
+        except sqlite3.Error as exc:
+            log.error("will store %s: cannot delete will %d: %s", self.path, row, exc)
 
     def all(self) -> list[StoredWill]:
-        rows = self.db.execute("SELECT id, hostname, user, address, message FROM wills ORDER BY id")
-        return [StoredWill(r[0], r[1], r[2], r[3], bytes(r[4])) for r in rows]
+        rows = self.db.execute(
+            "SELECT id, hostname, user, address, internal, message FROM wills ORDER BY id"
+        )
+        return [StoredWill(r[0], r[1], r[2], r[3], r[4], bytes(r[5])) for r in rows]
 
     def close(self) -> None:
         self.db.close()

@@ -32,33 +32,38 @@ from proton import Disposition, Link, Receiver
 
 from enmesh.router import annotations as qd_annotations
 from enmesh.router import streaming, tally, tenancy
-from enmesh.router.annotations import AnnotationError
+from enmesh.router.annotations import AnnotationError, strips_in
 from enmesh.router.clientlinks import refuse
 from enmesh.router.forwarding import ACCEPTED, Held, set_address
 from enmesh.router.inlinks import InLink
 from enmesh.router.outcomes import Fanout, Outcome
 from enmesh.router.relay import WILL_ADDRESS, Relay, reject, send_refusal
 from enmesh.router.sections import MalformedMessageError, message_address
-from enmesh.router.will_store import StoredWill, WillStore
+from enmesh.router.will_store import StoredWill, WillStore, WillStoreError
 
 if TYPE_CHECKING:
     from enmesh.router.connecting import ConnectionInfo
     from enmesh.router.loop import Timer
     from enmesh.router.router import Router
+    from enmesh.router.saslrelay import Authenticated
 
 log = logging.getLogger("enmesh.router.wills")
 PUBLISH_WINDOW = 60.0  # seconds a published will waits for a consumer to take it
+MAX_WILL_LINKS = 16  # per connection: each holds a will in memory and on disk
+LIMIT = "amqp:resource-limit-exceeded"
+UNAVAILABLE = "unavailable"
 RETRY_AFTER = 1.0  # a will released by its consumer is offered again after this
 
 
 @dataclass(eq=False)
 class Will:
     row: int  # in the store
-    hostname: str
+    hostname: str  # the vhost whose policy decides (as the connection was admitted)
     user: str
     address: str  # `to`, as the client named it
     internal: str  # `to` inside the router (`<space>/<to>` on a multi-tenant listener)
     message: bytes
+    authenticated: Authenticated | None = None  # an auth service's rights (live wills only)
     deadline: float = 0.0
     in_flight: bool = False
 
@@ -71,10 +76,13 @@ class WillLink(InLink):
     """A client's sender on `$lwt`: every message it sends becomes the link's will."""
 
     def __init__(self, link: Receiver, wills: Wills, info: ConnectionInfo) -> None:
-        super().__init__(link, info.internal(WILL_ADDRESS), info.link_capacity, self._register)
+        # One will at a time: each is a disk write, so a client gets credit for the next
+        # only once the last one is stored.
+        super().__init__(link, info.internal(WILL_ADDRESS), 1, self._register)
         self.wills, self.info = wills, info
         self.will: Will | None = None
         self.routable = True
+        self.strip_in = strips_in(info.strip)  # router annotations checked as a producer's
         link.enmesh_will = self
 
     def _register(self, held: Held) -> bool:
@@ -100,6 +108,10 @@ class Wills:
         if link.is_sender:
             refuse(link, "amqp:not-allowed", f"{WILL_ADDRESS} takes wills: attach a sender")
             return
+        if info.will_links >= MAX_WILL_LINKS:
+            refuse(link, LIMIT, f"at most {MAX_WILL_LINKS} {WILL_ADDRESS} links per connection")
+            return
+        info.will_links += 1
         link.target.address = WILL_ADDRESS
         set_address(link.source, link.remote_source.address)
         link.open()
@@ -108,7 +120,7 @@ class Wills:
     def register(self, link: WillLink, held: Held) -> None:
         """A will sent on `link`: checked as the client's own message, stored, accepted."""
         if held.stream is not None:
-            reject(held, "amqp:resource-limit-exceeded", _TOO_LARGE)
+            reject(held, LIMIT, _TOO_LARGE)
             return
         try:
             address = message_address(
@@ -124,15 +136,26 @@ class Wills:
         to = cast(str, address)
         info = link.info
         hostname = info.vhost.hostname if info.vhost is not None else info.vhost_name
+        stored = StoredWill(0, hostname, info.user, to, info.internal(to), held.data)
         previous = link.will
-        row = self.store.put(previous.row if previous else None, hostname, info.user, to, held.data)
+        try:
+            row = self.store.put(previous.row if previous else None, stored)
+        except WillStoreError as exc:
+            log.error("will of %r not stored: %s", info.user, exc)
+            reject(held, "amqp:internal-error", "the router cannot store wills now")
+            return
         if previous is None:
             self.registered += 1
-        link.will = Will(row, hostname, info.user, to, info.internal(to), held.data)
+        link.will = Will(row, hostname, info.user, to, stored.internal, held.data)
+        link.will.authenticated = info.authenticated
         held.settle_origin(ACCEPTED)
 
     def detached(self, link: Link) -> None:
-        """The client detached a link: a will link without an error cancels its will."""
+        """The client detached a link (closed or not): a will link without an error
+        cancels its will."""
+        will_link: WillLink | None = getattr(link, "enmesh_will", None)
+        if will_link is not None and not will_link.closed:
+            will_link.info.will_links -= 1  # room for another on this connection
         will = self._take(link)
         if will is None:
             return
@@ -166,35 +189,38 @@ class Wills:
     def recover(self) -> None:
         """At start: publish the wills whose connections ended with the previous process."""
         for stored in self.store.all():
-            will = self._revived(stored)
-            if will is not None:
-                log.info(
-                    "%s: its connection ended with the previous process: publishing",
-                    will.describe(),
-                )
-                self._publish(will)
+            will = Will(
+                stored.row,
+                stored.hostname,
+                stored.user,
+                stored.address,
+                stored.internal,
+                stored.message,
+            )
+            log.info(
+                "%s: its connection ended with the previous process: publishing", will.describe()
+            )
+            self._publish(will)
 
-    def _revived(self, stored: StoredWill) -> Will | None:
-        """A stored will, if its user may still send to its address (else dropped)."""
-        will = Will(stored.row, stored.hostname, stored.user, stored.address, "", stored.message)
-        group = None
-        multi_tenant = False
+    def _refusal(self, will: Will) -> str | None:
+        """Why a will may not go out now: its user's rights are checked again, against
+        the policy as it is (a reload may have removed the user or the address)."""
         if self.router.policy_enabled:
-            admitted = tenancy.admit(self.router.vhosts, stored.hostname, stored.user)
+            vhosts = self.router.vhosts
+            admitted = tenancy.admit(vhosts, will.hostname, will.user, will.authenticated)
             if isinstance(admitted, str):
-                self._drop(will, f"not published: {admitted}")
-                return None
-            group = admitted.group
-            multi_tenant = admitted.vhost.hostname != tenancy.DEFAULT_VHOST
-        elif stored.hostname:
-            multi_tenant = True
-        if group is not None and not group.allows_target(stored.address):
-            self._drop(will, "not published: the user may no longer send there")
-            return None
-        will.internal = f"{stored.hostname}/{stored.address}" if multi_tenant else stored.address
-        return will
+                return admitted
+            if not admitted.group.allows_target(will.address):
+                return "the user may no longer send there"
+        if self.router.routing.semantics(will.internal).distribution == UNAVAILABLE:
+            return "its address is unavailable"
+        return None
 
     def _publish(self, will: Will) -> None:
+        problem = self._refusal(will)
+        if problem is not None:
+            self._drop(will, f"not published: {problem}")
+            return
         will.deadline = self.router.loop.now() + PUBLISH_WINDOW
         self.pending.append(will)
         self.retry()
@@ -253,13 +279,18 @@ class Wills:
             self.pending.remove(will)
 
     def _schedule(self) -> None:
-        """Wake up at the next deadline, so an unpublished will is dropped in time."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        """Wake up at the next deadline, so an unpublished will is dropped in time.
+
+        `retry` runs on every routing change: the timer is replaced only when the next
+        deadline moves (a cancelled timer stays in the loop's heap until it is due)."""
         waiting = [w.deadline for w in self.pending if not w.in_flight]
-        if waiting:
-            self._timer = self.router.loop.call_at(min(waiting), self.retry)
+        deadline = min(waiting) if waiting else None
+        timer = self._timer
+        if timer is not None and not timer.cancelled and timer.deadline == deadline:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timer = None if deadline is None else self.router.loop.call_at(deadline, self.retry)
 
 
 _TOO_LARGE = f"a will may be at most {streaming.Q2_UPPER} bytes"

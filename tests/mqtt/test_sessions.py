@@ -83,7 +83,11 @@ def persistent(make: Any, version: int, client_id: str, expiry: int = 300) -> De
 
 def end_session(make: Any, version: int, client_id: str) -> None:
     """A clean session with the same client id discards the parked one."""
-    device = make("backend@iot", version, client_id=client_id, clean=True)
+    end_session_of(make, "backend@iot", client_id, version)
+
+
+def end_session_of(make: Any, identity: str, client_id: str, version: int = mqtt.MQTTv5) -> None:
+    device = make(identity, version, client_id=client_id, clean=True)
     assert device.connect() == 0
     device.close()
     device.disconnects.get(timeout=10)
@@ -275,3 +279,50 @@ def test_an_unacknowledged_message_comes_again_with_dup_after_a_resume(
     finally:
         sock.close()
         end_session(devices, mqtt.MQTTv311, client_id)
+
+
+def test_a_parked_multicast_subscriber_holds_back_no_one(devices: Any) -> None:
+    """The router paces a multicast producer to its slowest subscriber: a parked session
+    takes its copies (kept in the gateway) instead of holding them unsettled."""
+    count = 400  # more than a credit window (64) and the router's queue for a consumer (250)
+    client_id = "device-parked-broadcast"
+    parked = devices("device@iot", client_id=client_id, clean=False, expiry=300)
+    assert parked.connect() == 0
+    assert parked.subscribe("broadcast", qos=1)[0].value == 1
+    parked.close()
+    parked.disconnects.get(timeout=10)
+    try:
+        live = devices("device@iot", client_id="device-live-broadcast")
+        assert live.connect() == 0
+        assert live.subscribe("broadcast", qos=1)[0].value == 1
+        publisher = devices("backend@iot", client_id="broadcaster")
+        assert publisher.connect() == 0
+        for i in range(count):
+            publisher.client.publish("broadcast", f"b-{i}".encode(), qos=1)
+        got = [live.receive(timeout=15).payload for _ in range(count)]
+        assert got == [f"b-{i}".encode() for i in range(count)]
+        assert len([publisher.acks.get(timeout=15) for _ in range(count)]) == count
+        back = devices("device@iot", client_id=client_id, clean=False, expiry=300)
+        assert back.connect() == 0
+        assert back.session_present is True
+        kept = [back.receive(timeout=15).payload for _ in range(count)]
+        assert kept == got
+        back.close()
+        back.disconnects.get(timeout=10)
+    finally:
+        end_session_of(devices, "device@iot", client_id)
+
+
+def test_a_clean_session_is_not_resumed(devices: Any) -> None:
+    """MQTT-3.1.2-6: a clean session's state is not reused by a later CONNECT that asks
+    to resume (the connected one ends; the new one starts empty)."""
+    client_id = "backend-clean-then-resume"
+    clean = devices("backend@iot", client_id=client_id, clean=True)
+    assert clean.connect() == 0
+    assert clean.subscribe("telemetry", qos=1)[0].value == 1
+    resuming = persistent(devices, mqtt.MQTTv5, client_id)
+    assert resuming.connect() == 0
+    assert resuming.session_present is False
+    resuming.close()
+    resuming.disconnects.get(timeout=10)
+    end_session(devices, mqtt.MQTTv5, client_id)

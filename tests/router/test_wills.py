@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -280,6 +281,43 @@ class ReceiveFromWills(Scenario):
 
 def test_nobody_receives_from_the_will_address(mesh: Mesh) -> None:
     assert run(ReceiveFromWills(mesh), timeout=30).refusal == "amqp:not-allowed"
+
+
+def _metric(mesh: Mesh, pattern: str) -> int:
+    found = re.search(pattern, mesh.routers[0].metrics(), re.M)
+    return int(found[1]) if found else 0
+
+
+def _reload_router_0(mesh: Mesh) -> None:
+    ok = r'^enmesh_router_config_reloads_total\{[^}]*result="ok"\} (\d+)$'
+    before = _metric(mesh, ok)
+    process = mesh.routers[0].process
+    assert process is not None
+    process.send_signal(signal.SIGHUP)
+    wait_until(lambda: _metric(mesh, ok) > before, 15, "router 0 to reload")
+
+
+def test_a_will_goes_out_only_with_the_rights_its_user_has_then(
+    mesh: Mesh, watcher: Consumer
+) -> None:
+    """A reload takes `telemetry` from device@iot's targets while its will to it is
+    registered: when the client dies, the will is dropped, not published."""
+    policy = mesh.directory / "config" / "auth" / "policies" / "iot.json"
+    original = policy.read_text()
+    dropped = r'^enmesh_router_wills_total\{[^}]*result="dropped"\} (\d+)$'
+    client = WillClient(mesh, [WILL])
+    try:
+        policy.write_text(original.replace('"events, readings, telemetry,', '"events, readings,'))
+        _reload_router_0(mesh)
+        before = _metric(mesh, dropped)
+        client.end("kill")
+        wait_until(lambda: _metric(mesh, dropped) > before, 15, "the will to be dropped")
+    finally:
+        policy.write_text(original)
+        _reload_router_0(mesh)
+    assert stored_wills(mesh) == 0
+    send(mesh, "device@iot", "marker")
+    assert watcher.next().body == "marker"
 
 
 def test_a_will_outlives_its_router(mesh: Mesh, watcher: Consumer) -> None:
