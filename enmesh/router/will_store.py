@@ -35,7 +35,8 @@ class StoredWill:
     hostname: str  # the connection's vhost ("" without policy)
     user: str
     address: str  # the will's `to`, as the client named it
-    internal: str  # that address inside the router (`<space>/<to>` on a multi-tenant listener)
+    internal: str  # that address inside the router (`<space>/<to>` on a multi-tenant
+    # listener; "" in a row written before the column existed)
     message: bytes  # the will message, as the client sent it
 
 
@@ -51,6 +52,9 @@ class WillStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")  # a will is written rarely: make it last
         self.db.execute(SCHEMA)
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(wills)")}
+        if "internal" not in columns:  # a store written before the column existed
+            self.db.execute("ALTER TABLE wills ADD COLUMN internal TEXT NOT NULL DEFAULT ''")
         self.db.commit()
 
     def put(self, row: int | None, will: StoredWill) -> int:

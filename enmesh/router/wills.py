@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -188,13 +189,19 @@ class Wills:
 
     def recover(self) -> None:
         """At start: publish the wills whose connections ended with the previous process."""
-        for stored in self.store.all():
+        try:
+            found = self.store.all()
+        except sqlite3.Error as exc:  # the router runs on; only these wills are lost
+            log.error("wills in %s not read: %s", self.store.path, exc)
+            return
+        for stored in found:
+            internal = stored.internal or _legacy_internal(stored.hostname, stored.address)
             will = Will(
                 stored.row,
                 stored.hostname,
                 stored.user,
                 stored.address,
-                stored.internal,
+                internal,
                 stored.message,
             )
             log.info(
@@ -294,3 +301,8 @@ class Wills:
 
 
 _TOO_LARGE = f"a will may be at most {streaming.Q2_UPPER} bytes"
+
+
+def _legacy_internal(hostname: str, address: str) -> str:
+    """The internal address of a will stored without one: a tenant's space prefixes it."""
+    return f"{hostname}/{address}" if hostname and hostname != tenancy.DEFAULT_VHOST else address
