@@ -217,7 +217,8 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
-def _reachable_routers(host: str, port: int) -> int | None:
+def reachable_routers(host: str, port: int) -> int | None:
+    """How many other routers this one reaches (its /metrics); None if it does not answer."""
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as response:
             text = response.read().decode()
@@ -250,7 +251,7 @@ def status(project: Project) -> int:
     for router in deployment["routers"]:
         host, ports = router["host"], router["ports"]
         down_ports = [name for name, port in sorted(ports.items()) if not _listening(host, port)]
-        peers = _reachable_routers(host, ports["metrics"])
+        peers = reachable_routers(host, ports["metrics"])
         ok = not down_ports and peers == expected_peers
         healthy &= ok
         detail = f"ports {', '.join(down_ports)} closed" if down_ports else "all ports open"

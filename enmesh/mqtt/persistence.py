@@ -108,9 +108,7 @@ def park(session: Session, why: str) -> None:
     log.info("session of %s (%s) parked: %s", session.identity, session.connect.client_id, why)
     session.parked = True
     session.gateway.sessions_open -= 1
-    for timer in (session.keep_alive, session.connect_timer, session.linger):
-        if timer is not None:
-            timer.cancel()
+    _stop_timers(session)
     session.held.clear()
     session.paused = session.eof = False
     session.drained()  # QoS 0 already written: the device had its chance
@@ -210,8 +208,13 @@ def _retire(session: Session) -> None:
     own, and its mesh connection served only to check the login."""
     session.closed = True
     session.gateway.sessions_open -= 1
-    for timer in (session.keep_alive, session.connect_timer):
-        if timer is not None:
-            timer.cancel()
+    _stop_timers(session)
     if session.mesh is not None:
         session.mesh.close()
+
+
+def _stop_timers(session: Session) -> None:
+    """The connection's timers: keep-alive, CONNECT wait, a lost connection's linger."""
+    for timer in (session.keep_alive, session.connect_timer, session.linger):
+        if timer is not None:
+            timer.cancel()

@@ -4,27 +4,15 @@ published once it is back (its client's connection ended with the old process)."
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 from typing import Any
 
 from proton import Message
 
 from enmesh.deploy.smoke import Stack
+from enmesh.deploy.stackctl import reachable_routers
 from tests.e2e.test_stack import _connect
 from tests.support.mesh import wait_until
-
-
-def _reachable_routers(router: dict[str, Any]) -> int:
-    url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-    except OSError:
-        return -1
-    found = re.search(r"^enmesh_router_reachable_routers\{[^}]*\} (\d+)", text, re.M)
-    return int(found[1]) if found else -1
 
 
 def test_a_will_outlives_a_restart_of_its_router(
@@ -39,7 +27,7 @@ def test_a_will_outlives_a_restart_of_its_router(
     restart = host.run(f"supervisorctl restart enmesh-router-{first['id']}")
     assert restart.rc == 0, restart.stderr
     wait_until(
-        lambda: _reachable_routers(first) == len(routers) - 1,
+        lambda: reachable_routers(first["host"], first["ports"]["metrics"]) == len(routers) - 1,
         timeout=60,
         what=f"{first['id']} back in the mesh",
         interval=0.2,

@@ -81,6 +81,13 @@ def persistent(make: Any, version: int, client_id: str, expiry: int = 300) -> De
     return make("backend@iot", version, client_id=client_id, clean=False, expiry=expiry)
 
 
+def leave_subscribed(device: Device, topic: str) -> None:
+    """Subscribe at QoS 1, then leave with DISCONNECT: the session is parked."""
+    assert device.subscribe(topic, qos=1)[0].value == 1
+    device.close()
+    device.disconnects.get(timeout=10)
+
+
 def end_session(make: Any, version: int, client_id: str) -> None:
     """A clean session with the same client id discards the parked one."""
     end_session_of(make, "backend@iot", client_id, version)
@@ -99,9 +106,7 @@ def test_a_persistent_session_gets_what_came_while_it_was_away(devices: Any, ver
     subscriber = persistent(devices, version, client_id)
     assert subscriber.connect() == 0
     assert subscriber.session_present is False
-    assert subscriber.subscribe("telemetry", qos=1)[0].value == 1
-    subscriber.close()
-    subscriber.disconnects.get(timeout=10)
+    leave_subscribed(subscriber, "telemetry")
     try:
         publisher = devices("device@iot", client_id="publisher")
         assert publisher.connect() == 0
@@ -165,9 +170,7 @@ def test_a_clean_session_discards_the_parked_one(devices: Any) -> None:
     client_id = "backend-discarded"
     subscriber = persistent(devices, mqtt.MQTTv5, client_id)
     assert subscriber.connect() == 0
-    assert subscriber.subscribe("telemetry", qos=1)[0].value == 1
-    subscriber.close()
-    subscriber.disconnects.get(timeout=10)
+    leave_subscribed(subscriber, "telemetry")
     publisher = devices("device@iot", client_id="publisher-discarded")
     assert publisher.connect() == 0
     publisher.client.publish("telemetry", b"held for a session that will not come back", qos=1)
@@ -187,9 +190,7 @@ def test_a_session_expires_after_its_interval(
     client_id = "backend-expiring"
     subscriber = persistent(devices, mqtt.MQTTv5, client_id, expiry=1)
     assert subscriber.connect() == 0
-    assert subscriber.subscribe("telemetry", qos=1)[0].value == 1
-    subscriber.close()
-    subscriber.disconnects.get(timeout=10)
+    leave_subscribed(subscriber, "telemetry")
     log: Path = session_gateway.log
     wait_until(
         lambda: "session of backend@iot expired" in log.read_text(),
@@ -288,9 +289,7 @@ def test_a_parked_multicast_subscriber_holds_back_no_one(devices: Any) -> None:
     client_id = "device-parked-broadcast"
     parked = devices("device@iot", client_id=client_id, clean=False, expiry=300)
     assert parked.connect() == 0
-    assert parked.subscribe("broadcast", qos=1)[0].value == 1
-    parked.close()
-    parked.disconnects.get(timeout=10)
+    leave_subscribed(parked, "broadcast")
     try:
         live = devices("device@iot", client_id="device-live-broadcast")
         assert live.connect() == 0
