@@ -3,13 +3,16 @@ disruption: connections closed by the far end, deliveries released or modified.
 
 `Load` opens its connections, then sends one message per `interval` on every sender
 (unsettled, so a router that lost it would have to release it) while its receivers
-accept what arrives. `stop()` closes everything from our side (not counted as a drop).
+accept what arrives. `stop()` stops sending, lets what is in flight settle, then closes
+everything from our side (not counted as a drop): closing a consumer with a message still
+on its way to it would have the router release that message, a disruption we caused.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +33,7 @@ class Flow:
 
 
 OPENING_AT_ONCE = 20
+DRAIN_SECONDS = 10.0  # at most this long for in-flight deliveries to settle at stop
 
 
 class _Handler(MessagingHandler):
@@ -41,6 +45,7 @@ class _Handler(MessagingHandler):
         self.senders: list[Any] = []
         self.connections: list[Any] = []
         self.lock = threading.Lock()
+        self.drain_until: float | None = None
 
     def on_start(self, event: Any) -> None:
         # A few handshakes at a time: a thousand SCRAM logins at once would outlast the
@@ -62,14 +67,26 @@ class _Handler(MessagingHandler):
 
     def on_timer_task(self, event: Any) -> None:
         if self.stopping.is_set():
-            for connection in self.connections:
-                connection.close()
+            if self._drained():
+                for connection in self.connections:
+                    connection.close()
+                return
+            event.container.schedule(min(self.interval, 0.05), self)
             return
         for sender in self.senders:
             if sender.credit > 0:
                 sender.send(Message(body="load"))
                 self._count("sent")
         event.container.schedule(self.interval, self)
+
+    def _drained(self) -> bool:
+        now = time.monotonic()
+        if self.drain_until is None:
+            self.drain_until = now + DRAIN_SECONDS
+        with self.lock:
+            settled = sum(self.counts[o] for o in ("accepted", "released", "modified", "rejected"))
+            in_flight = self.counts["sent"] - settled
+        return in_flight <= 0 or now >= self.drain_until
 
     def _count(self, what: str) -> None:
         with self.lock:
@@ -129,7 +146,7 @@ class Load:
 
     def stop(self) -> Counter[str]:
         self.handler.stopping.set()
-        self.thread.join(20)
+        self.thread.join(20 + DRAIN_SECONDS)
         return self.counts()
 
 
