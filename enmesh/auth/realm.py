@@ -14,9 +14,9 @@ from collections.abc import Mapping
 
 from enmesh.auth.lookup import LOOKUP_CLIENT
 from enmesh.compile.auth import sasl_identity
+from enmesh.compile.identity import REALM
 from enmesh.model import MessagingUser, Model, Operation
 
-REALM = "enmesh"
 # The client enmesh-auth checks passwords with (password grant) and whose access tokens
 # carry the user's groups as full paths (`/<space>/send_<pattern>`).
 AUTH_CLIENT = "enmesh-auth"

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from enmesh.compile import administrator, admission, auth, broker, deploy, monitoring, router
+from enmesh.compile import (
+    administrator,
+    admission,
+    auth,
+    broker,
+    deploy,
+    identity,
+    monitoring,
+    router,
+)
 from enmesh.compile.engines import profile_of
 from enmesh.compile.engines.check import policy_problems, refuse_unserved, require_valid
 from enmesh.compile.layout import Layout
@@ -84,7 +93,7 @@ def _compile(layout: Layout) -> Artefacts:
     files["auth/sasl2/qdrouterd.conf"] = auth.sasl_config(layout)
     files[admission.ADMISSION_FILE] = to_json(admission.admission(stack.spec.security))
     for tenant in layout.standard_tenants:
-        policy = auth.vhost_policy(tenant)
+        policy = auth.vhost_policy(tenant, listed_users=not identity.uses_keycloak(layout))
         where = f"auth/policies/{tenant.name}.json"
         require_valid(policy_problems(profile, policy, where), profile)
         files[where] = to_json(policy)

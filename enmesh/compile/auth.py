@@ -57,8 +57,9 @@ def _group(tenant: Tenant, user: MessagingUser) -> dict[str, Any]:
     }
 
 
-def vhost_policy(tenant: Tenant) -> list[Any]:
-    groups = {user.spec.username: _group(tenant, user) for user in tenant.users}
+def vhost_policy(tenant: Tenant, listed_users: bool = True) -> list[Any]:
+    """`listed_users` false (Keycloak): no user groups; each connection brings its rights."""
+    groups = {u.spec.username: _group(tenant, u) for u in tenant.users} if listed_users else {}
     anonymous = tenant.space.spec.authentication.allowAnonymous
     if anonymous:
         groups["$default"] = {

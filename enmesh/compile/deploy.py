@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from enmesh.compile import administrator, console, monitoring
+from enmesh.compile import administrator, console, identity, monitoring
 from enmesh.compile.auth import sasl_identity
 from enmesh.compile.layout import (
     ROUTER_BROKER_SECRET,
@@ -24,19 +24,6 @@ from enmesh.compile.layout import (
     subscription_link_address,
 )
 from enmesh.model import AddressType
-
-
-def _names(*names: str) -> list[str]:
-    return sorted({"localhost", *names})
-
-
-def _certificate(layout: Layout, component: str, names: list[str]) -> dict[str, Any]:
-    return {
-        "name": component,
-        "cert": layout.tls_file(component, "crt"),
-        "key": layout.tls_file(component, "key"),
-        "dnsNames": names,
-    }
 
 
 def _routers(layout: Layout) -> list[dict[str, Any]]:
@@ -55,8 +42,8 @@ def _routers(layout: Layout) -> list[dict[str, Any]]:
                 "metrics": r.metrics_port,
             },
             "certificates": [
-                _certificate(layout, f"router-{r.index}-client", _names(r.host, *client_names)),
-                _certificate(layout, f"router-{r.index}-inter-router", _names(r.host, r.id)),
+                layout.certificate(f"router-{r.index}-client", r.host, *client_names),
+                layout.certificate(f"router-{r.index}-inter-router", r.host, r.id),
             ],
         }
         for r in layout.routers
@@ -76,9 +63,7 @@ def _brokers(layout: Layout) -> list[dict[str, Any]]:
                 "prometheus": b.prometheusPort,
                 "dist": b.distPort,
             },
-            "certificates": [
-                _certificate(layout, layout.broker_tls_component(b.name), _names(b.host))
-            ],
+            "certificates": [layout.certificate(layout.broker_tls_component(b.name), b.host)],
             "users": [
                 {"name": ROUTER_BROKER_USER, "secret": ROUTER_BROKER_SECRET, "key": "password"}
             ],
@@ -135,8 +120,7 @@ def _addresses(layout: Layout) -> list[dict[str, str]]:
 def _console(layout: Layout) -> dict[str, Any] | None:
     found: dict[str, Any] | None = console.settings(layout)
     if found is not None:
-        names = _names(str(found["host"]))
-        found["certificates"] = [_certificate(layout, console.COMPONENT, names)]
+        found["certificates"] = [layout.certificate(console.COMPONENT, str(found["host"]))]
     return found
 
 
@@ -157,4 +141,5 @@ def deployment(layout: Layout) -> dict[str, Any]:
         "monitoring": monitoring.deployment(layout),
         "mqtt": layout.stack.spec.mqtt.model_dump(),
         "console": _console(layout),
+        "identity": identity.deployment(layout),
     }

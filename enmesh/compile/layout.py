@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import PurePosixPath
+from typing import Any
 
 from enmesh.compile.errors import CompileError
 from enmesh.compile.placement import rank
@@ -170,6 +171,15 @@ class Layout:
 
     def tls_file(self, component: str, suffix: str) -> str:
         return self.state_path("tls", f"{component}.{suffix}")
+
+    def certificate(self, component: str, *names: str) -> dict[str, Any]:
+        """A certificate the deployer issues (deploy.json): files and DNS names."""
+        return {
+            "name": component,
+            "cert": self.tls_file(component, "crt"),
+            "key": self.tls_file(component, "key"),
+            "dnsNames": sorted({"localhost", *names}),
+        }
 
     @staticmethod
     def broker_tls_component(broker: str) -> str:

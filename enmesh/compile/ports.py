@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from enmesh.compile import console, monitoring
+from enmesh.compile import console, identity, monitoring
 from enmesh.compile.errors import CompileError
 from enmesh.compile.layout import Layout
 
@@ -60,3 +60,12 @@ def claims(layout: Layout) -> Iterator[Claim]:
     found = console.settings(layout)
     if found is not None:
         yield str(found["host"]), int(found["port"]), "console (spec.console.port)"
+    if identity.uses_keycloak(layout):
+        auth_port, keycloak_port = spec.identity.authService.port, spec.identity.keycloak.port
+        where = "enmesh-auth (spec.identity.authService.port)"
+        yield identity.auth_service_host(layout), auth_port, where
+        yield (
+            identity.keycloak_host(layout),
+            keycloak_port,
+            "Keycloak (spec.identity.keycloak.port)",
+        )

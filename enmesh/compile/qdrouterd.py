@@ -19,6 +19,7 @@ AttributeValue = str | int | bool | list[str] | dict[str, object]
 ENTITY_ORDER = (
     "router",
     "sslProfile",
+    "authServicePlugin",  # before the listeners that name it
     "listener",
     "connector",
     "policy",

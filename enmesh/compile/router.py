@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from enmesh.compile import administrator
+from enmesh.compile import administrator, identity
 from enmesh.compile.bridge import (
     INTER_ROUTER_TLS,
     bridge_entities,
@@ -104,6 +104,7 @@ def _listeners(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
         }
         if tls:
             attributes |= {"sslProfile": CLIENT_TLS, "requireSsl": True}
+        attributes |= identity.listener_attributes(layout, tls)
         failover = _failover_urls(layout, router, "amqps" if tls else "amqp")
         if failover:
             attributes["failoverUrls"] = failover
@@ -282,6 +283,7 @@ def instance_entities(layout: Layout, router: RouterInstance) -> list[Entity]:
         ),
     ]
     entities += _ssl_profiles(layout, router)
+    entities += identity.router_entities(layout)
     entities += _listeners(layout, router)
     entities += _connectors(layout, router)
     return entities

@@ -156,6 +156,33 @@ class Console(_Strict):
     port: Port = 8443  # HTTPS
 
 
+class IdentityProvider(StrEnum):
+    SASLDB = "sasldb"  # the routers' Cyrus SASL database, built from the model's users
+    KEYCLOAK = "keycloak"  # enmesh-auth asks Keycloak (the routers' authServicePlugin)
+
+
+class AuthService(_Strict):
+    """enmesh-auth: the routers relay each client's SASL exchange to it over AMQPS."""
+
+    host: str | None = None  # where it listens; default: the first router's host
+    port: Port = 5679  # beside the first router's amqp/amqps ports (5672, 5671)
+
+
+class Keycloak(_Strict):
+    """The Keycloak enmesh-auth asks (realm `enmesh`, built from the model)."""
+
+    host: str | None = None  # default: the auth service's host
+    port: Port = 8453  # HTTPS (8443 is the console's)
+
+
+class Identity(_Strict):
+    """Who checks messaging users' passwords and rights (docs/identity.md)."""
+
+    provider: IdentityProvider = IdentityProvider.SASLDB
+    authService: AuthService = Field(default_factory=AuthService)  # noqa: N815
+    keycloak: Keycloak = Field(default_factory=Keycloak)
+
+
 class StackPaths(_Strict):
     config: AbsolutePath = "/etc/enmesh"  # where the rendered files are installed
     state: AbsolutePath = "/var/lib/enmesh"  # TLS material, SASL database
@@ -172,6 +199,7 @@ class StackSpec(_Strict):
     monitoring: Monitoring = Field(default_factory=Monitoring)  # Prometheus, alerts
     mqtt: Mqtt = Field(default_factory=Mqtt)  # the MQTT gateway's listeners
     console: Console = Field(default_factory=Console)  # the web console
+    identity: Identity = Field(default_factory=Identity)  # sasldb, or Keycloak via enmesh-auth
     # Other stacks' meshes joined to this one (enmesh.compile.bridge); `enmesh migrate
     # bridge` adds its bridges to the runtime part instead.
     bridges: list[Bridge] = Field(default_factory=list)

@@ -40,6 +40,7 @@ from enmesh.control.plan import (
     router_plan,
 )
 from enmesh.control.target import Target
+from enmesh.deploy.sasldb import sasldb_users
 
 __all__ = ["ApplyRefused", "StackPlan", "apply_stack", "plan_stack"]
 
@@ -160,7 +161,7 @@ def _desired_users(artefacts: Artefacts, target: Target, generate: bool) -> dict
         return path.read_text().rstrip("\r\n") if path.is_file() else "?"
 
     keys = {s["name"]: s["key"] for s in deployment["secrets"]}
-    found = {u["identity"]: read(u["secret"], keys[u["secret"]]) for u in deployment["users"]}
+    found = {u["identity"]: read(u["secret"], keys[u["secret"]]) for u in sasldb_users(deployment)}
     admin = deployment.get("administrator")
     if admin is not None:
         found[admin["identity"]] = read(admin["secret"], admin["key"])

@@ -87,10 +87,17 @@ def flat_secret_key(name: str, key: str) -> str:
     return f"{name}_{key}"
 
 
+def sasldb_users(deployment: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The messaging users the routers' own database holds: none when Keycloak holds
+    them (`identity.provider: keycloak`; the stack administrator is always there)."""
+    provider = deployment.get("identity", {}).get("provider", "sasldb")
+    return [] if provider == "keycloak" else list(deployment["users"])
+
+
 def read_users(
     deployment: Mapping[str, Any], secrets_dir: Path, *, flat: bool = False
 ) -> dict[str, str]:
-    """Identity -> password for every user in `deploy.json`, from `<secrets>/<name>/<key>`
+    """Identity -> password for every user of the routers' database, from `<secrets>/<name>/<key>`
     (or `<secrets>/<name>_<key>` if `flat`)."""
 
     def read(name: str, key: str, whose: str) -> str:
@@ -100,7 +107,7 @@ def read_users(
     keys = {s["name"]: s["key"] for s in deployment["secrets"]}
     users = {
         u["identity"]: read(u["secret"], keys[u["secret"]], u["identity"])
-        for u in deployment["users"]
+        for u in sasldb_users(deployment)
     }
     admin = deployment.get("administrator")  # absent from a deploy.json before it existed
     if admin is not None:

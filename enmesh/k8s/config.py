@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from enmesh.compile.engines import Engine
-from enmesh.compile.stack import TlsVersion
+from enmesh.compile.stack import IdentityProvider, TlsVersion
 
 NAMESPACE = "enmesh"
 Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti)?$")]
@@ -108,6 +108,9 @@ class KubeStackConfig(BaseModel):
     brokerStorageSize: Quantity = "10Gi"  # noqa: N815
     brokerCpu: Quantity = "500m"  # noqa: N815
     brokerMemory: Quantity = "1Gi"  # noqa: N815
+    # keycloak: the routers ask Keycloak through enmesh-auth; sasldb: their own database
+    # (no Keycloak, enmesh-auth or PostgreSQL deployed).
+    identity: IdentityProvider = IdentityProvider.KEYCLOAK
     keycloakImage: str = "quay.io/keycloak/keycloak:26.0.7"  # noqa: N815
     postgresImage: str = "postgres:16.6"  # noqa: N815
     keycloakStorageSize: Quantity = "5Gi"  # noqa: N815

@@ -18,7 +18,10 @@ from typing import Any
 
 from enmesh.compile import Artefacts, Stack, compile_model
 from enmesh.compile.stack import (
+    AuthService,
     Broker,
+    Identity,
+    Keycloak,
     PeerDiscovery,
     RouterPorts,
     Routers,
@@ -32,6 +35,8 @@ from enmesh.model import Model, SpaceType, load_model
 BROKER_NAME = "broker-cluster"
 PORTS = {"amqp": 5672, "amqps": 5671, "interRouter": 55671, "metrics": 9090}
 BROKER_PORTS = {"amqps": 5671, "mqtts": 8883, "prometheus": 15692, "dist": 25672, "epmd": 4369}
+AUTH_PORT = 5671  # enmesh-auth's AMQPS, in its own pod
+KEYCLOAK_HTTPS = 8443
 PATHS = StackPaths(config="/etc/enmesh", state="/var/lib/enmesh", secrets="/etc/enmesh-secrets")
 
 
@@ -71,6 +76,10 @@ class KubeNames:
     @property
     def keycloak_db(self) -> str:
         return f"{self.stack}-keycloak-db"
+
+    @property
+    def auth(self) -> str:
+        return f"{self.stack}-auth"
 
     def router_pod_host(self, index: int) -> str:
         return f"{self.router}-{index}.{self.service_host(self.router_mesh)}"
@@ -143,6 +152,11 @@ def kube_layout(config: KubeStackConfig, stack_name: str, stacks_dir: Path) -> K
         ],
         paths=PATHS,
         tls=TlsPolicy(minVersion=config.tlsMinVersion),
+        identity=Identity(
+            provider=config.identity,
+            authService=AuthService(host=names.service_host(names.auth), port=AUTH_PORT),
+            keycloak=Keycloak(host=names.service_host(names.keycloak), port=KEYCLOAK_HTTPS),
+        ),
     )
     stack = Stack(apiVersion="enmesh.io/v1", kind="Stack", metadata={"name": stack_name}, spec=spec)
     return KubeLayout(

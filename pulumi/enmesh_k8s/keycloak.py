@@ -13,11 +13,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from enmesh.auth.realm import REALM, realm_json
+from enmesh.auth.realm import realm_json
+from enmesh.compile.identity import REALM
 from enmesh.k8s.config import KubeStackConfig
-from enmesh.k8s.layout import KubeLayout
+from enmesh.k8s.layout import KEYCLOAK_HTTPS, KubeLayout
 from enmesh_k8s import workload as w
-from enmesh_k8s.network import KEYCLOAK_HTTPS, POSTGRES
+from enmesh_k8s.network import POSTGRES
 
 core = k8s.core.v1
 apps = k8s.apps.v1
@@ -40,6 +41,7 @@ class Keycloak(pulumi.ComponentResource):
         config: KubeStackConfig,
         tls_secret: pulumi.Input[str],
         passwords: Mapping[str, pulumi.Output[str]],  # user Secret name -> password
+        lookup_secret: pulumi.Output[str],  # enmesh-auth's service-account client
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("enmesh:k8s:Keycloak", name, None, opts)
@@ -60,8 +62,10 @@ class Keycloak(pulumi.ComponentResource):
         )
         self.admin_secret_name = credentials.metadata.apply(lambda m: str(m.name))
         secret_names = sorted(passwords)
-        realm = pulumi.Output.all(*(passwords[s] for s in secret_names)).apply(
-            lambda values: realm_json(layout.model, dict(zip(secret_names, values, strict=True)))
+        realm = pulumi.Output.all(lookup_secret, *(passwords[s] for s in secret_names)).apply(
+            lambda values: realm_json(
+                layout.model, dict(zip(secret_names, values[1:], strict=True)), values[0]
+            )
         )
         realm_file: pulumi.Output[str] = pulumi.Output.secret(realm)
         realm_secret = core.Secret(

@@ -87,37 +87,27 @@ class MqttGateway(pulumi.ComponentResource):
             readiness_probe=w.tcp_probe(probed, period=5),
             liveness_probe=w.tcp_probe(probed),
         )
-        k8s.apps.v1.Deployment(
-            name,
-            metadata=object_meta,
-            spec=k8s.apps.v1.DeploymentSpecArgs(
-                replicas=2,
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                template=core.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=selector),
-                    spec=core.PodSpecArgs(
-                        service_account_name=account,
-                        automount_service_account_token=False,
-                        security_context=w.pod_security(GATEWAY_USER),
-                        affinity=w.spread(selector),
-                        containers=[container],
-                        volumes=[
-                            w.tls_volume("tls", tls_secret),
-                            w.empty_dir("state"),
-                            core.VolumeArgs(
-                                name="addresses",
-                                config_map=core.ConfigMapVolumeSourceArgs(
-                                    name=addresses.metadata.apply(lambda m: str(m.name))
-                                ),
-                            ),
-                        ],
-                        termination_grace_period_seconds=15,
-                    ),
+        volumes = [
+            w.tls_volume("tls", tls_secret),
+            w.empty_dir("state"),
+            core.VolumeArgs(
+                name="addresses",
+                config_map=core.ConfigMapVolumeSourceArgs(
+                    name=addresses.metadata.apply(lambda m: str(m.name))
                 ),
             ),
-            opts=child,
+        ]
+        w.spread_deployment(
+            name,
+            object_meta,
+            selector,
+            account,
+            GATEWAY_USER,
+            container,
+            volumes,
+            child,
+            grace_seconds=15,
         )
-        w.disruption_budget(name, object_meta, child)
         self.service = core.Service(
             f"{name}-service",
             metadata=object_meta,

@@ -4,7 +4,8 @@ Ingress is denied by default; clients reach only the routers' AMQP ports, the MQ
 gateway's ports (the gateway reaches the routers as any AMQP client does) and the
 console's HTTPS port (the console reaches every router pod's amqps port, named as a peer
 so that a CNI whose ipBlock matches no pod lets it in), only routers reach the brokers,
-brokers reach each other for clustering, only Keycloak reaches its database, and metrics
+brokers reach each other for clustering, only Keycloak reaches its database, only the
+routers reach enmesh-auth (which asks Keycloak), and metrics
 are open to namespaces labelled `enmesh.io/monitoring: "true"`.
 """
 
@@ -15,14 +16,13 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from enmesh.k8s.layout import BROKER_PORTS, PORTS, KubeNames
+from enmesh.k8s.layout import AUTH_PORT, BROKER_PORTS, KEYCLOAK_HTTPS, PORTS, KubeNames
 from enmesh_k8s.console import PORT as CONSOLE_HTTPS
 from enmesh_k8s.mqtt_gateway import MQTT_PORTS
 from enmesh_k8s.workload import labels
 
 net = k8s.networking.v1
 meta = k8s.meta.v1
-KEYCLOAK_HTTPS = 8443
 POSTGRES = 5432
 MONITORING = {"enmesh.io/monitoring": "true"}
 
@@ -50,13 +50,22 @@ class NetworkPolicies(pulumi.ComponentResource):
         names: KubeNames,
         *,
         console: bool,
+        keycloak: bool,
         mqtt_kinds: list[str],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("enmesh:k8s:NetworkPolicies", name, None, opts)
         self._names = names
         self._opts = pulumi.ResourceOptions(parent=self)
-        components = ("router", "broker", "keycloak", "keycloak-db", "mqtt-gateway", "console")
+        components = (
+            "router",
+            "broker",
+            "keycloak",
+            "keycloak-db",
+            "enmesh-auth",
+            "mqtt-gateway",
+            "console",
+        )
         pods = {c: _pods(names.stack, c) for c in components}
         anyone = net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr="0.0.0.0/0"))
         amqp_clients = [anyone, _peer(pods["router"])]
@@ -87,18 +96,27 @@ class NetworkPolicies(pulumi.ComponentResource):
                 _rule([monitoring], [BROKER_PORTS["prometheus"]]),
             ],
         )
-        self._policy("keycloak", pods["keycloak"], [_rule([anyone], [KEYCLOAK_HTTPS])])
+        if keycloak:
+            self._identity(pods, anyone)
         self._policy(
             "mqtt-gateway",
             pods["mqtt-gateway"],
             [_rule([anyone], [MQTT_PORTS[kind] for kind in mqtt_kinds])],
         )
-        self._policy(
-            "keycloak-db", pods["keycloak-db"], [_rule([_peer(pods["keycloak"])], [POSTGRES])]
-        )
         if console:
             self._policy("console", pods["console"], [_rule([anyone], [CONSOLE_HTTPS])])
         self.register_outputs({})
+
+    def _identity(
+        self, pods: dict[str, meta.LabelSelectorArgs], anyone: net.NetworkPolicyPeerArgs
+    ) -> None:
+        """Keycloak (its users' own logins and admin console, and enmesh-auth), its
+        database, and enmesh-auth, which only the routers ask."""
+        self._policy("keycloak", pods["keycloak"], [_rule([anyone], [KEYCLOAK_HTTPS])])
+        self._policy(
+            "keycloak-db", pods["keycloak-db"], [_rule([_peer(pods["keycloak"])], [POSTGRES])]
+        )
+        self._policy("auth", pods["enmesh-auth"], [_rule([_peer(pods["router"])], [AUTH_PORT])])
 
     def _policy(
         self,

@@ -13,11 +13,13 @@ import pulumi
 from pulumi.runtime.config import CONFIG
 
 from enmesh.compile.errors import CompileError
+from enmesh.compile.identity import AUTH_COMPONENT
 from enmesh.compile.layout import ROUTER_BROKER_SECRET
+from enmesh.compile.stack import IdentityProvider
 from enmesh.k8s.config import KubeStackConfig, StackConfigError, parse_config
 from enmesh.k8s.layout import KubeLayout, kube_layout
 from enmesh.model import ModelInvalidError
-from enmesh_k8s import console
+from enmesh_k8s import auth_service, console
 from enmesh_k8s.broker_cluster import BrokerCluster
 from enmesh_k8s.cluster import Cluster
 from enmesh_k8s.credentials import Credentials
@@ -50,22 +52,53 @@ def _certificates(layout: KubeLayout, config: KubeStackConfig) -> dict[str, list
         ]
 
     names = layout.names
-    keycloak = [names.service_host(names.keycloak), names.keycloak, *config.dnsNames]
     groups = {
         "router": specs(deployment["routers"]),
         "broker": specs(deployment["brokers"]),
-        "keycloak": [CertificateSpec("keycloak", sorted(set(keycloak)))],
         "mqtt": [CertificateSpec(CERTIFICATE, certificate_names(layout, list(config.dnsNames)))],
     }
+    if _uses_keycloak(config):
+        keycloak = [names.service_host(names.keycloak), names.keycloak, *config.dnsNames]
+        groups["keycloak"] = [CertificateSpec("keycloak", sorted(set(keycloak)))]
+        auth = auth_service.certificate_names(layout)
+        groups["auth"] = [CertificateSpec(AUTH_COMPONENT, auth)]
     if config.console:
         console_names = console.certificate_names(layout, list(config.dnsNames))
         groups["console"] = [CertificateSpec(console.CERTIFICATE, console_names)]
     return groups
 
 
+def _uses_keycloak(config: KubeStackConfig) -> bool:
+    return config.identity is IdentityProvider.KEYCLOAK
+
+
 def main() -> None:
     for key, value in sorted(build().items()):
         pulumi.export(key, value)
+
+
+def _identity(
+    layout: KubeLayout,
+    config: KubeStackConfig,
+    tls: Tls,
+    credentials: Credentials,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    """Keycloak with the model's realm, and enmesh-auth, which the routers ask."""
+    auth = auth_service.AuthService(
+        "auth", layout=layout, config=config, tls_secret=tls.secret_names["auth"], opts=opts
+    )
+    user_secrets = {u["secret"] for u in layout.deployment["users"]}
+    keycloak = Keycloak(
+        "keycloak",
+        layout=layout,
+        config=config,
+        tls_secret=tls.secret_names["keycloak"],
+        passwords={s: p for s, p in credentials.passwords.items() if s in user_secrets},
+        lookup_secret=auth.lookup_secret,
+        opts=opts,
+    )
+    return {"keycloakUrl": keycloak.url, "keycloakAdminSecret": keycloak.admin_secret_name}
 
 
 def build() -> dict[str, Any]:
@@ -87,6 +120,7 @@ def build() -> dict[str, Any]:
         "network",
         names,
         console=config.console,
+        keycloak=_uses_keycloak(config),
         mqtt_kinds=list(config.mqtt_service_ports),
         opts=opts,
     )
@@ -107,15 +141,6 @@ def build() -> dict[str, Any]:
         router_password=credentials.passwords[ROUTER_BROKER_SECRET],
         opts=opts,
     )
-    user_secrets = {u["secret"] for u in deployment["users"]}
-    keycloak = Keycloak(
-        "keycloak",
-        layout=layout,
-        config=config,
-        tls_secret=tls.secret_names["keycloak"],
-        passwords={s: p for s, p in credentials.passwords.items() if s in user_secrets},
-        opts=opts,
-    )
     mqtt = MqttGateway(
         "mqtt",
         layout=layout,
@@ -133,9 +158,9 @@ def build() -> dict[str, Any]:
         "mqttService": mqtt.service.metadata.apply(lambda m: str(m.name)),
         "brokerService": brokers.service_host,
         "brokerReplicas": brokers.replicas,
-        "keycloakUrl": keycloak.url,
-        "keycloakAdminSecret": keycloak.admin_secret_name,
     }
+    if _uses_keycloak(config):
+        outputs |= _identity(layout, config, tls, credentials, opts)
     if config.console:
         outputs["consoleUrl"] = console.Console(
             "console",

@@ -221,3 +221,42 @@ def service_account(
         automount_service_account_token=token,
         opts=opts,
     )
+
+
+def spread_deployment(  # noqa: PLR0917
+    name: str,
+    object_meta: meta.ObjectMetaArgs,
+    selector: dict[str, str],
+    account: pulumi.Input[str],
+    user: int,
+    container: core.ContainerArgs,
+    volumes: Sequence[core.VolumeArgs],
+    opts: pulumi.ResourceOptions,
+    replicas: int = 2,
+    grace_seconds: int | None = None,
+) -> k8s.apps.v1.Deployment:
+    """A stateless service of `replicas` pods spread over nodes, each with its own
+    token-less ServiceAccount, and a disruption budget: drains take one pod at a time."""
+    deployment = k8s.apps.v1.Deployment(
+        name,
+        metadata=object_meta,
+        spec=k8s.apps.v1.DeploymentSpecArgs(
+            replicas=replicas,
+            selector=meta.LabelSelectorArgs(match_labels=selector),
+            template=core.PodTemplateSpecArgs(
+                metadata=meta.ObjectMetaArgs(labels=selector),
+                spec=core.PodSpecArgs(
+                    service_account_name=account,
+                    automount_service_account_token=False,
+                    security_context=pod_security(user),
+                    affinity=spread(selector),
+                    containers=[container],
+                    volumes=list(volumes),
+                    termination_grace_period_seconds=grace_seconds,
+                ),
+            ),
+        ),
+        opts=opts,
+    )
+    disruption_budget(name, object_meta, opts)
+    return deployment

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from enmesh.auth.realm import realm_json
+from enmesh.compile.identity import AUTH_COMPONENT
 from enmesh.model.model import load_model
 from tests.support.keycloak import Keycloak, start_keycloak
-from tests.support.mesh import wait_until
+from tests.support.mesh import Mesh, build_mesh, wait_until
 from tests.support.pki import Pki, make_pki
 from tests.support.ports import free_port, port_is_listening
 
@@ -67,9 +68,17 @@ def keycloak(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Key
 
 
 def auth_service_process(
-    keycloak: Keycloak, pki: Pki, log: Path, remember: bool = True
+    keycloak: Keycloak,
+    pki: Pki,
+    log: Path,
+    remember: bool = True,
+    *,
+    port: int = 0,
+    serve_with: tuple[Path, Path] | None = None,
 ) -> tuple[subprocess.Popen[str], int]:
-    """enmesh-auth in front of `keycloak`; `remember`: with its service account."""
+    """enmesh-auth in front of `keycloak` (whose CA is `pki`'s); `remember`: with its
+    service account; `serve_with`: its certificate and key, if not `pki`'s "auth"."""
+    cert, key = serve_with or (pki.cert("auth"), pki.key("auth"))
     lookup: list[str] = []
     if remember:
         secret_file = log.with_name("lookup-secret")
@@ -81,11 +90,11 @@ def auth_service_process(
             "-m",
             "enmesh.auth",
             "--port",
-            "0",
+            str(port),
             "--cert",
-            str(pki.cert("auth")),
+            str(cert),
             "--key",
-            str(pki.key("auth")),
+            str(key),
             "--keycloak-url",
             keycloak.url,
             "--keycloak-ca",
@@ -213,3 +222,34 @@ def stack(
         for process in (router, auth):
             process.terminate()
             process.wait(10)
+
+
+@dataclass
+class CompiledStack:
+    """A one-router stack compiled with `identity.provider: keycloak`, run from the
+    compiled files, its enmesh-auth in front of the module's Keycloak."""
+
+    mesh: Mesh
+    auth_log: Path
+
+
+@pytest.fixture(scope="module")
+def compiled(
+    tmp_path_factory: pytest.TempPathFactory, keycloak: Keycloak, pki: Pki
+) -> Iterator[CompiledStack]:
+    directory = tmp_path_factory.mktemp("compiled-keycloak")
+    auth_port = free_port()
+    identity: dict[str, object] = {"provider": "keycloak", "authService": {"port": auth_port}}
+    mesh = build_mesh(directory, routers=1, models=[MODEL], identity=identity)
+    mesh_pki = mesh.extra["pki"]
+    assert isinstance(mesh_pki, Pki)
+    auth_log = directory / "enmesh-auth.log"
+    served = (mesh_pki.cert(AUTH_COMPONENT), mesh_pki.key(AUTH_COMPONENT))
+    auth, _ = auth_service_process(keycloak, pki, auth_log, port=auth_port, serve_with=served)
+    try:
+        mesh.start()
+        yield CompiledStack(mesh, auth_log)
+    finally:
+        mesh.stop()
+        auth.terminate()
+        auth.wait(10)

@@ -3,8 +3,10 @@ Keycloak: passwords, group membership, tenants and user changes are Keycloak's a
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +15,8 @@ from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection, LinkDetached
 
 from enmesh.auth import frames
-from tests.auth.conftest import AuthStack
+from enmesh.control.management import Administrator, session
+from tests.auth.conftest import AuthStack, CompiledStack
 from tests.support.mesh import wait_until
 
 SHOP_PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -203,6 +206,60 @@ def test_a_remembered_login_follows_password_and_group_changes(stack: AuthStack)
 def test_auth_service_down_refuses_new_connections(stack: AuthStack) -> None:
     assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop", stack.dead_port)
     assert "auth service" in stack.router_log.read_text()
+
+
+def _tls_options(ca: Path, vhost: str) -> dict[str, Any]:
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(ca))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+    return {
+        "timeout": 20,
+        "virtual_host": vhost,
+        "allowed_mechs": "PLAIN",
+        "ssl_domain": domain,
+        "sasl_enabled": True,
+    }
+
+
+def test_a_compiled_keycloak_stack_logs_in_through_keycloak(compiled: CompiledStack) -> None:
+    """The router runs the files `enmesh render` makes for `identity.provider: keycloak`:
+    messaging users log in over TLS through enmesh-auth and Keycloak with the rights of
+    their groups; the cleartext listener knows none of them; the stack's administrator
+    still reaches management there (the control plane keeps working)."""
+    mesh = compiled.mesh
+    url = mesh.url(0, tls=True)
+    alice = BlockingConnection(
+        url, user="alice@shop", password="alice-secret", **_tls_options(mesh.ca, "shop")
+    )
+    try:
+        receiver = alice.create_receiver("orders")
+        alice.create_sender("orders", options=AtMostOnce()).send(Message(body="compiled"))
+        assert receiver.receive(timeout=10).body == "compiled"
+        assert not may(alice, "audit", receive=True)  # no recv_audit group in Keycloak
+    finally:
+        alice.close()
+    with pytest.raises(ConnectionException, match="unauthorized"):
+        options = _tls_options(mesh.ca, "shop")
+        BlockingConnection(url, user="alice@shop", password="wrong", **options).close()
+    with pytest.raises(ConnectionException, match="may not use address space 'shop'"):
+        options = _tls_options(mesh.ca, "shop")
+        BlockingConnection(url, user="carol@lab", password="carol-secret", **options).close()
+    with pytest.raises(ConnectionException, match="unauthorized"):
+        BlockingConnection(  # the routers' own database holds no messaging user
+            mesh.url(0),
+            timeout=20,
+            user="alice@shop",
+            password="alice-secret",
+            virtual_host="shop",
+            allowed_mechs="SCRAM-SHA-256",
+        ).close()
+    deployment = json.loads((mesh.directory / "config" / "deploy.json").read_text())
+    admin = Administrator.of(deployment, mesh.secrets_dir)
+    assert isinstance(admin, Administrator)
+    with session(mesh.url(0), admin) as management:
+        listeners = {row["name"]: row for row in management.query("listener", ["name"])}
+    assert {"amqp", "amqps"} <= set(listeners)
+    assert "authenticated alice@shop" in compiled.auth_log.read_text()
 
 
 def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthStack) -> None:

@@ -102,7 +102,13 @@ def _brokered_model(tmp_path: Path) -> str:
 
 
 def test_skupper_router_runs_a_model_it_can_serve(tmp_path: Path) -> None:
-    capture = run_with("local", routerEngine="skupper-router", models=[_brokered_model(tmp_path)])
+    # skupper-router has no authServicePlugin: its stacks keep the routers' own database.
+    capture = run_with(
+        "local",
+        routerEngine="skupper-router",
+        identity="sasldb",
+        models=[_brokered_model(tmp_path)],
+    )
     engine, files = _deployed(capture, "local")
     assert engine is Engine.SKUPPER_ROUTER
     assert names_problems(engine, files) == []

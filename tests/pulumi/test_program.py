@@ -67,8 +67,8 @@ def test_every_container_is_limited_probed_and_unprivileged(stack: str) -> None:
     workloads = [o for o in capture.objects if pod_spec(o) is not None]
     assert {o["kind"] for o in workloads} == {"StatefulSet", "Deployment"}
     # router (+ its sasldb init container and sidecar), rabbitmq, keycloak, postgres,
-    # mqtt gateway, console
-    assert sum(1 for o in workloads for _ in containers(o)) == 8
+    # enmesh-auth, mqtt gateway, console
+    assert sum(1 for o in workloads for _ in containers(o)) == 9
     assert hardening_problems(capture.objects) == []
     for obj in workloads:
         spec = pod_spec(obj)
@@ -315,6 +315,7 @@ def test_only_the_brokers_service_account_gets_an_api_token(stack: str) -> None:
         f"{stack}-router": False,
         f"{stack}-keycloak": False,
         f"{stack}-keycloak-db": False,
+        f"{stack}-auth": False,
         f"{stack}-mqtt": False,
         f"{stack}-console": False,
     }
@@ -354,13 +355,19 @@ def test_keycloak_realm_holds_the_model_users_and_their_groups() -> None:
         _one(capture, "Secret", "local-keycloak-realm")["stringData"]["enmesh-realm.json"]
     )
     users = {u["username"]: u for u in realm["users"]}
-    assert set(users) == {"app@acme", "backend@iot", "device@iot"}
+    # and enmesh-auth's service account (remembered logins)
+    assert set(users) == {
+        "app@acme",
+        "backend@iot",
+        "device@iot",
+        "service-account-enmesh-auth-lookup",
+    }
     device = users["device@iot"]
     assert "/iot/send_telemetry" in device["groups"]
     assert "/iot/manage" not in device["groups"]
-    passwords = {u: d["credentials"][0]["value"] for u, d in users.items()}
+    passwords = {u: d["credentials"][0]["value"] for u, d in users.items() if "@" in u}
     device_secret = _one(capture, "Secret", "iot-device")["stringData"]["password"]
-    assert passwords["device@iot"] == device_secret  # the routers' SASL db agrees
+    assert passwords["device@iot"] == device_secret  # the user's Secret, as Keycloak has it
     assert capture.outputs["keycloakUrl"].endswith("/realms/enmesh")
 
 

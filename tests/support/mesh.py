@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from enmesh.compile import compile_model, load_stack, write_artefacts
+from enmesh.compile.identity import AUTH_COMPONENT
 from enmesh.compile.stack import Broker
-from enmesh.deploy.sasldb import ensure_sasldb
+from enmesh.deploy.sasldb import ensure_sasldb, read_users
 from enmesh.model import load_model
 from tests.support.pki import make_pki, stack_components
 from tests.support.ports import free_port_block, free_port_blocks, port_is_listening
@@ -163,6 +164,7 @@ def _write_stack(
     link_capacity: int,
     tls: dict[str, object] | None = None,
     security: dict[str, object] | None = None,
+    identity: dict[str, object] | None = None,
     name: str = "test",
 ) -> Path:
     kinds = ("amqp", "amqps", "interRouter", "metrics")
@@ -197,6 +199,7 @@ def _write_stack(
             },
             **({"tls": tls} if tls is not None else {}),
             **({"security": security} if security is not None else {}),
+            **({"identity": identity} if identity is not None else {}),
         },
     }
     path = directory / "test.stack.yml"
@@ -222,6 +225,7 @@ def build_mesh(
     link_capacity: int = 250,
     tls: dict[str, object] | None = None,
     security: dict[str, object] | None = None,
+    identity: dict[str, object] | None = None,
     name: str = "test",
 ) -> Mesh:
     """Compile and provision a stack of `routers` routers; call `start()` to run it.
@@ -229,7 +233,9 @@ def build_mesh(
     `name` is the stack's (its routers are `<name>-router-<i>`; the file stays
     `test.stack.yml`).
     `tls` is the stack's `spec.tls` (TLS policy), if not the default one; `security`
-    its `spec.security` (login throttling, handshake limits).
+    its `spec.security` (login throttling, handshake limits); `identity` its
+    `spec.identity` (with Keycloak the PKI also issues enmesh-auth's certificate, and the
+    routers' database holds the administrator alone, as a deployment's does).
     """
     directory.mkdir(parents=True, exist_ok=True)
     broker_port = broker_port or free_port_block(1)  # nothing listens: brokers optional
@@ -242,6 +248,7 @@ def build_mesh(
         link_capacity=link_capacity,
         tls=tls,
         security=security,
+        identity=identity,
         name=name,
     )
     stack, model_files = load_stack(stack_file)
@@ -253,9 +260,10 @@ def build_mesh(
     # proton clients use the open hostname (the tenant) as TLS peer name, so the client
     # listener's certificate names every address space, as a deployment's must.
     tenants = [tenant.name for tenant in model.tenants]
+    auth = [AUTH_COMPONENT] if identity is not None else []
     pki = make_pki(
         state / "tls",
-        stack_components(routers, ["broker-0"]),
+        stack_components(routers, ["broker-0"]) + auth,
         hostnames=("localhost", "127.0.0.1", *tenants),
     )
     users = json.loads((config_dir / "auth" / "users.json").read_text())
@@ -276,7 +284,8 @@ def build_mesh(
     (state / "auth").mkdir(parents=True, exist_ok=True)
     # As a deployment builds it: with its record of who is in it and each password's
     # digest, so `enmesh apply` sees a changed password (enmesh.deploy.sasldb).
-    ensure_sasldb(state / "auth" / "enmesh.sasldb", passwords)
+    deployment = json.loads((config_dir / "deploy.json").read_text())
+    ensure_sasldb(state / "auth" / "enmesh.sasldb", read_users(deployment, secrets_dir))
     processes = []
     for i, instance_port in enumerate(_ports(stack)):
         amqp, amqps, metrics = instance_port

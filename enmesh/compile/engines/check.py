@@ -16,6 +16,7 @@ from enmesh.compile.engines.profile import EngineProfile, engines_providing
 from enmesh.compile.errors import CompileError
 from enmesh.compile.layout import Layout
 from enmesh.compile.qdrouterd import Entity
+from enmesh.compile.stack import IdentityProvider
 from enmesh.model import AddressType
 
 # What each address type compiles to beyond a plain `address` (see router.py).
@@ -40,6 +41,8 @@ def model_needs(layout: Layout) -> dict[Feature, list[str]]:
                 needs.setdefault(feature, []).append(
                     f"{address.spec.type} {tenant.name}/{address.spec.address}"
                 )
+    if layout.stack.spec.identity.provider is IdentityProvider.KEYCLOAK:
+        needs[Feature.AUTH_SERVICE_PLUGIN] = ["spec.identity.provider keycloak"]
     return needs
 
 

@@ -43,8 +43,9 @@ class Feature(Enum):
     AUTH_SERVICE_PLUGIN = FeatureSpec(
         "an external auth service (authServicePlugin)",
         (("authServicePlugin", None), ("listener", "saslPlugin")),
-        "SASL delegated to an AMQP auth service (enmesh-auth, backed by Keycloak); "
-        "the compiler does not render it yet",
+        "SASL delegated to an AMQP auth service (enmesh-auth, backed by Keycloak; "
+        "spec.identity.provider keycloak, or enmesh:identity sasldb to keep the routers' "
+        "own database)",
     )
     SASL_CONFIG_DIR = FeatureSpec(
         "Cyrus SASL configuration directory (router saslConfigDir)",

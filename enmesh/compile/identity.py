@@ -1,0 +1,101 @@
+"""The stack's identity provider (`spec.identity`) in the routers' and deployers' terms.
+
+With `provider: keycloak`, the routers' client TLS listener (amqps) hands each client's
+SASL exchange to enmesh-auth (qdrouterd 1.19's `authServicePlugin`), which checks the
+password against Keycloak and answers with the identity and the user's rights
+(`address-authz`, from the user's groups). Messaging users then live in Keycloak only: they
+are not in the routers' SASL database and the vhost policies name none of them (the rights
+come with each connection). The cleartext listener (amqp) keeps the routers' own database,
+which holds the stack's administrator alone: PLAIN, the one mechanism enmesh-auth offers,
+never travels without TLS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from enmesh.compile.layout import Layout
+from enmesh.compile.qdrouterd import Entity
+from enmesh.compile.stack import IdentityProvider
+from enmesh.compile.tls import router_ssl_attributes
+
+AUTH_SERVICE = "enmesh-auth"  # the authServicePlugin's name, which listeners refer to
+AUTH_SERVICE_TLS = "auth-service-tls"
+AUTH_COMPONENT = "enmesh-auth"  # TLS file stem of enmesh-auth's certificate
+KEYCLOAK_COMPONENT = "keycloak"
+REALM = "enmesh"  # Keycloak's realm of the model (enmesh.auth.realm builds it)
+MECHANISMS = ["PLAIN"]  # what enmesh-auth offers (Keycloak exports no SCRAM secrets)
+
+
+def uses_keycloak(layout: Layout) -> bool:
+    return layout.stack.spec.identity.provider is IdentityProvider.KEYCLOAK
+
+
+def auth_service_host(layout: Layout) -> str:
+    return layout.stack.spec.identity.authService.host or layout.routers[0].host
+
+
+def keycloak_host(layout: Layout) -> str:
+    return layout.stack.spec.identity.keycloak.host or auth_service_host(layout)
+
+
+def keycloak_url(layout: Layout) -> str:
+    return f"https://{keycloak_host(layout)}:{layout.stack.spec.identity.keycloak.port}"
+
+
+def router_entities(layout: Layout) -> list[Entity]:
+    """The auth service a router's client TLS listener points at, and how it trusts it."""
+    if not uses_keycloak(layout):
+        return []
+    return [
+        Entity(
+            "sslProfile",
+            {
+                "name": AUTH_SERVICE_TLS,
+                "caCertFile": layout.ca_file,
+                **router_ssl_attributes(layout.stack.spec.tls),
+            },
+        ),
+        Entity(
+            "authServicePlugin",
+            {
+                "name": AUTH_SERVICE,
+                "host": auth_service_host(layout),
+                "port": layout.stack.spec.identity.authService.port,
+                "sslProfile": AUTH_SERVICE_TLS,
+            },
+        ),
+    ]
+
+
+def listener_attributes(layout: Layout, tls: bool) -> dict[str, object]:
+    """What a client listener gets on top of the router's own SASL: the relay to
+    enmesh-auth on the TLS listener of a Keycloak stack, nothing otherwise."""
+    if not (tls and uses_keycloak(layout)):
+        return {}
+    return {"saslPlugin": AUTH_SERVICE, "saslMechanisms": MECHANISMS, "authenticatePeer": True}
+
+
+def deployment(layout: Layout) -> dict[str, Any]:
+    """`deploy.json`'s `identity`: which provider, and with Keycloak where enmesh-auth and
+    Keycloak run, their ports and certificates (no secret values)."""
+    provider = layout.stack.spec.identity.provider
+    if provider is not IdentityProvider.KEYCLOAK:
+        return {"provider": str(provider)}
+    spec = layout.stack.spec.identity
+    auth_host, keycloak = auth_service_host(layout), keycloak_host(layout)
+    return {
+        "provider": str(provider),
+        "authService": {
+            "host": auth_host,
+            "port": spec.authService.port,
+            "certificates": [layout.certificate(AUTH_COMPONENT, auth_host)],
+        },
+        "keycloak": {
+            "host": keycloak,
+            "port": spec.keycloak.port,
+            "url": keycloak_url(layout),
+            "realm": REALM,
+            "certificates": [layout.certificate(KEYCLOAK_COMPONENT, keycloak)],
+        },
+    }

@@ -1,0 +1,84 @@
+"""Kubernetes stacks authenticate through Keycloak by default (`enmesh:identity`): the
+compiled router configs point their TLS listener at enmesh-auth's Service, enmesh-auth
+runs with a certificate from the stack's CA and the realm's lookup client, only routers
+reach it; `enmesh:identity: sasldb` deploys no Keycloak, enmesh-auth or database."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from enmesh.k8s.capture import Capture
+from enmesh.k8s.schema import containers, hardening_problems, pod_spec, schema_problems
+from tests.pulumi.conftest import capture_of, run_with
+
+
+def _named(capture: Capture, kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in capture.kind(kind) if o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind} {name}: {len(found)} found"
+    return found[0]
+
+
+def _router_conf(capture: Capture) -> str:
+    secret = _named(capture, "Secret", capture.outputs["routerConfigSecret"])
+    return str(secret["stringData"]["routers_local-router-0.conf"])
+
+
+def _block(conf: str, kind: str) -> str:
+    match = re.search(kind + r" \{\n(.*?)\n\}", conf, re.S)
+    assert match, f"no {kind} in the router config"
+    return match[1]
+
+
+def test_router_configs_point_at_the_auth_service() -> None:
+    capture = capture_of("local")
+    conf = _router_conf(capture)
+    plugin = _block(conf, "authServicePlugin")
+    assert "host: local-auth.enmesh.svc.cluster.local" in plugin
+    assert "port: 5671" in plugin
+    amqps = next(b for b in re.findall(r"listener \{\n(.*?)\n\}", conf, re.S) if "amqps" in b)
+    assert "saslPlugin: enmesh-auth" in amqps and "saslMechanisms: PLAIN" in amqps
+    service = _named(capture, "Service", "local-auth")
+    assert [p["port"] for p in service["spec"]["ports"]] == [5671]
+
+
+def test_auth_service_runs_with_the_stacks_ca_and_the_lookup_client() -> None:
+    capture = capture_of("local")
+    deployment = _named(capture, "Deployment", "local-auth")
+    ((_, container),) = containers(deployment)
+    command = container["command"]
+    assert command[0] == "enmesh-auth"
+    assert "--keycloak-url=https://local-keycloak.enmesh.svc.cluster.local:8443" in command
+    spec = pod_spec(deployment)
+    assert spec is not None
+    volumes = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"]}
+    assert volumes == {"tls": "local-auth-tls", "lookup": "local-auth-lookup"}
+    requests = {r.name: r.inputs for r in capture.of_type("tls:index/certRequest:CertRequest")}
+    assert "local-auth.enmesh.svc.cluster.local" in requests["tls-enmesh-auth"]["dnsNames"]
+    realm = json.loads(
+        _named(capture, "Secret", "local-keycloak-realm")["stringData"]["enmesh-realm.json"]
+    )
+    lookup = next(c for c in realm["clients"] if c["clientId"] == "enmesh-auth-lookup")
+    secret = _named(capture, "Secret", "local-auth-lookup")["stringData"]["secret"]
+    assert lookup["secret"] == secret and secret in capture.secrets
+
+
+def test_only_routers_reach_the_auth_service() -> None:
+    policies = {o["metadata"]["name"]: o["spec"] for o in capture_of("local").kind("NetworkPolicy")}
+    (rule,) = policies["local-auth"]["ingress"]
+    assert rule["ports"] == [{"port": 5671, "protocol": "TCP"}]
+    assert [p["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for p in rule["from"]] == [
+        "router"
+    ]
+
+
+def test_a_sasldb_stack_deploys_no_identity_provider() -> None:
+    capture = run_with("local", identity="sasldb")
+    assert schema_problems(capture.objects, "1.33") == []
+    assert hardening_problems(capture.objects) == []
+    names = {o["metadata"]["name"] for o in capture.objects}
+    assert not {n for n in names if "keycloak" in n or n.startswith("local-auth")}
+    assert "keycloakUrl" not in capture.outputs
+    conf = _router_conf(capture)
+    assert "authServicePlugin" not in conf and "saslPlugin" not in conf
