@@ -172,7 +172,7 @@ class Console:
         space = None if administrator else username.rpartition("@")[2]
         if space == "":
             return None, "give your username as user@address-space"
-        who = Credentials(username, password, space or ADMIN_VHOST)
+        who = Credentials(username, password, space or ADMIN_VHOST, administrator)
         if not check_login(self.settings.routers, who, self.settings.ca):
             return None, REFUSED
         if space is not None and not self.may_manage(username, space):

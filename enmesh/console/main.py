@@ -21,8 +21,14 @@ from enmesh.control.target import DEFAULT_RABBITMQCTL, Target, on_this_host
 
 
 def routers_of(deployment: dict[str, Any]) -> tuple[Router, ...]:
+    keycloak = deployment.get("identity", {}).get("provider") == "keycloak"
     return tuple(
-        Router(r["id"], f"amqps://{r['host']}:{r['ports']['amqps']}") for r in deployment["routers"]
+        Router(
+            r["id"],
+            f"amqps://{r['host']}:{r['ports']['amqps']}",
+            f"amqp://{r['host']}:{r['ports']['amqp']}" if keycloak else None,
+        )
+        for r in deployment["routers"]
     )
 
 

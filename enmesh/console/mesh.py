@@ -49,22 +49,29 @@ class Credentials:
     identity: str  # `user@space`, or the stack administrator's identity
     password: str
     vhost: str  # AMQP open hostname: the address space (`localhost` for the administrator)
+    administrator: bool = False  # the stack administrator (in the routers' own database)
 
 
 @dataclass(frozen=True)
 class Router:
     id: str
     url: str  # amqps://host:port
+    # Where the administrator logs in when the amqps listener asks Keycloak (which does
+    # not know it): the cleartext listener, SCRAM against the routers' own database.
+    administrator_url: str | None = None
 
 
 def _connect(router: Router, who: Credentials, ca: Path, timeout: float) -> BlockingConnection:
+    url = (who.administrator and router.administrator_url) or router.url
+    own_database = url != router.url
     options = connect_options(
-        router.url,
+        url,
         user=who.identity,
         password=who.password,
         vhost=who.vhost,
         ca=ca,
-        mechanisms="PLAIN",  # over TLS only (amqps URL)
+        # PLAIN over TLS only (amqps URL); a password never crosses cleartext.
+        mechanisms="SCRAM-SHA-256" if own_database else "PLAIN",
     )
     del options["reconnect"]
     container = Container()

@@ -52,12 +52,19 @@ def certificate_names(layout: KubeLayout, dns_names: list[str]) -> list[str]:
 
 def console_deployment(layout: KubeLayout) -> dict[str, Any]:
     """The console's `deploy.json`: every router the autoscaler may start, by pod name,
-    and the CA of their certificates (the client certificates carry the pod names)."""
+    and the CA of their certificates (the client certificates carry the pod names). With
+    Keycloak, the administrator logs in on the amqp port (the routers' own database)."""
+    ports = ("amqps", "amqp")
     routers = [
-        {"id": r["id"], "host": r["host"], "ports": {"amqps": r["ports"]["amqps"]}}
+        {"id": r["id"], "host": r["host"], "ports": {p: r["ports"][p] for p in ports}}
         for r in layout.deployment["routers"]
     ]
-    return {"stack": layout.names.stack, "ca": f"{TLS_DIR}/{CA_FILE}", "routers": routers}
+    return {
+        "stack": layout.names.stack,
+        "ca": f"{TLS_DIR}/{CA_FILE}",
+        "routers": routers,
+        "identity": {"provider": layout.deployment["identity"]["provider"]},
+    }
 
 
 def config_files(layout: KubeLayout, models: list[Path]) -> dict[str, str]:

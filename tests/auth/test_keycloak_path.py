@@ -3,6 +3,7 @@ Keycloak: passwords, group membership, tenants and user changes are Keycloak's a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -17,6 +18,8 @@ from proton.utils import BlockingConnection, LinkDetached
 from enmesh.auth import frames
 from enmesh.control.management import Administrator, session
 from tests.auth.conftest import AuthStack, CompiledStack
+from tests.mqtt.conftest import Device, GatewayProcess
+from tests.support.console import Http, serve_console
 from tests.support.mesh import wait_until
 
 SHOP_PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -260,6 +263,55 @@ def test_a_compiled_keycloak_stack_logs_in_through_keycloak(compiled: CompiledSt
         listeners = {row["name"]: row for row in management.query("listener", ["name"])}
     assert {"amqp", "amqps"} <= set(listeners)
     assert "authenticated alice@shop" in compiled.auth_log.read_text()
+
+
+def test_mqtt_devices_log_in_through_keycloak(compiled: CompiledStack, tmp_path: Path) -> None:
+    """The MQTT gateway opens each device's AMQP connection to the routers' amqps
+    listener with the device's own credentials: on a Keycloak stack, Keycloak decides the
+    password and the device's groups decide what it may publish."""
+    gateway = GatewayProcess(compiled.mesh, tmp_path / "state", tmp_path / "gw.log", tls=True)
+    gateway.start()
+    devices = [
+        Device(gateway.port, "alice@shop", "alice-secret", client_id="alice-sub"),
+        Device(gateway.port, "alice@shop", "alice-secret", client_id="alice-pub"),
+        Device(gateway.port, "bob@shop", "bob-secret", client_id="bob"),
+        Device(gateway.port, "alice@shop", "not-her-password", client_id="mallory"),
+    ]
+    subscriber, publisher, bob, mallory = devices
+    try:
+        assert subscriber.connect() == 0
+        assert [rc.value for rc in subscriber.subscribe("orders", qos=1)] == [1]
+        assert publisher.connect() == 0
+        assert publisher.publish("orders", b"via keycloak", qos=1) == 0  # the accept
+        assert subscriber.receive().payload == b"via keycloak"
+        assert bob.connect() == 0
+        assert bob.publish("orders", b"bob may only receive", qos=1) == 135  # not authorized
+        assert mallory.connect() == 134  # bad user name or password
+    finally:
+        for device in devices:
+            with contextlib.suppress(Exception):  # already closed or never connected
+                device.close()
+        gateway.stop()
+    assert "authenticated bob@shop" in compiled.auth_log.read_text()
+
+
+def test_console_logins_on_a_keycloak_stack(compiled: CompiledStack) -> None:
+    """The console checks a user's password by a login to the routers' amqps listener,
+    which on a Keycloak stack asks Keycloak; the stack administrator, whom Keycloak does
+    not know, logs in on the cleartext listener with SCRAM against the routers' own
+    database and reads every router's management."""
+    mesh = compiled.mesh
+    admin = "admin@enmesh.stack"
+    with serve_console(mesh, administrator=admin) as console:
+        http = Http(console)
+        refused = http.login("alice@shop", "not-her-password")
+        assert refused.status == 401 and "wrong username or password" in refused.read().decode()
+        # Keycloak took her password: what stops her is the console's `manage` rule.
+        no_manage = http.login("alice@shop", "alice-secret").read().decode()
+        assert "has no `manage` right" in no_manage
+        assert http.login(admin, mesh.passwords[admin]).status == 303
+        spaces = http.request("GET", "/spaces").read().decode()
+        assert "shop" in spaces and "lab" in spaces
 
 
 def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthStack) -> None:

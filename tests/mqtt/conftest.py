@@ -94,12 +94,14 @@ class GatewayProcess:
     ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     extra: tuple[str, ...] = ()
+    tls: bool = False  # to the router's amqps listener (as deployed), else its amqp one
 
     def start(self) -> None:
         if not self.ports:
             self.ports = {kind: free_port() for kind in ("mqtt", "mqtts", "ws", "wss")}
         pki = self.mesh.extra["pki"]
         listen = [f"--listen={k}:127.0.0.1:{p}" for k, p in self.ports.items()]
+        ca = ["--router-ca", str(self.mesh.ca)] if self.tls else []
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [
@@ -107,7 +109,8 @@ class GatewayProcess:
                     "-m",
                     "enmesh.mqtt",
                     "--router",
-                    self.mesh.url(0),
+                    self.mesh.url(0, tls=self.tls),
+                    *ca,
                     *listen,
                     "--tls-cert",
                     str(pki.cert(router_client(0))),  # type: ignore[attr-defined]

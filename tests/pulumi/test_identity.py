@@ -9,6 +9,7 @@ import json
 import re
 from typing import Any
 
+from enmesh.console.main import routers_of
 from enmesh.k8s.capture import Capture
 from enmesh.k8s.schema import containers, hardening_problems, pod_spec, schema_problems
 from tests.pulumi.conftest import capture_of, run_with
@@ -82,3 +83,19 @@ def test_a_sasldb_stack_deploys_no_identity_provider() -> None:
     assert "keycloakUrl" not in capture.outputs
     conf = _router_conf(capture)
     assert "authServicePlugin" not in conf and "saslPlugin" not in conf
+
+
+def test_the_console_logs_its_administrator_in_on_the_routers_own_database() -> None:
+    """Keycloak does not know the stack administrator: on a Keycloak stack the console
+    reaches management on the amqp port (SCRAM, the routers' database), users on amqps."""
+    data = _named(capture_of("local"), "ConfigMap", "local-console")["data"]
+    deployment = json.loads(data["deploy.json"])
+    (first, *_) = routers_of(deployment)
+    assert first.url.startswith("amqps://") and first.url.endswith(":5671")
+    assert first.administrator_url is not None and first.administrator_url.endswith(":5672")
+    sasldb = json.loads(
+        _named(run_with("local", identity="sasldb"), "ConfigMap", "local-console")["data"][
+            "deploy.json"
+        ]
+    )
+    assert routers_of(sasldb)[0].administrator_url is None
