@@ -23,17 +23,37 @@ AUTH_CLIENT = "enmesh-auth"
 # The service account enmesh-auth reads users' state with (enmesh.auth.lookup): the
 # realm-management role view-users and nothing else.
 LOOKUP_ROLES = {"realm-management": ["view-users"]}
+# What the model made, which `enmesh apply` changes and removes (enmesh.auth.sync); what
+# was made in Keycloak by hand is left alone. Groups carry this attribute; users are
+# members of the top-level group of the same name (Keycloak 26 drops user attributes its
+# user profile does not declare). enmesh-auth reads only a space's own groups, so the
+# marker grants nothing.
+MANAGED = "enmesh-managed"
 
 
-def _permissions(model: Model) -> dict[str, set[str]]:
+def user_representation(
+    identity: str, space: str, groups: list[str], password: str
+) -> dict[str, object]:
+    """A messaging user as Keycloak's admin API and realm import take it."""
+    return {
+        "username": identity,
+        "enabled": True,
+        "credentials": [{"type": "password", "value": password, "temporary": False}],
+        "groups": [f"/{MANAGED}", f"/{space}", *(f"/{space}/{g}" for g in groups)],
+    }
+
+
+def space_groups(model: Model) -> dict[str, set[str]]:
+    """Space -> the subgroups its users' rights need (`send_<p>`, `recv_<p>`, `manage`)."""
     groups: dict[str, set[str]] = {tenant.name: set() for tenant in model.tenants}
     for tenant in model.tenants:
         for user in tenant.users:
-            groups[tenant.name] |= set(_user_groups(user))
+            groups[tenant.name] |= set(user_groups(user))
     return groups
 
 
-def _user_groups(user: MessagingUser) -> list[str]:
+def user_groups(user: MessagingUser) -> list[str]:
+    """A user's subgroups of its space's group."""
     names = [
         f"{op.value}_{pattern}"
         for op in (Operation.SEND, Operation.RECV)
@@ -50,31 +70,31 @@ def realm_json(model: Model, passwords: Mapping[str, str], lookup_secret: str | 
     With `lookup_secret`, the realm also has the confidential client `enmesh-auth-lookup`
     (that secret) whose service account enmesh-auth remembers logins with.
     """
-    groups = _permissions(model)
+    groups = space_groups(model)
     users = []
     for tenant in model.tenants:
         for user in tenant.users:
             secret = user.spec.authentication.passwordSecret.name
-            memberships = [f"/{tenant.name}/{g}" for g in _user_groups(user)]
-            users.append(
-                {
-                    "username": sasl_identity(tenant, user),
-                    "enabled": True,
-                    "attributes": {"addressSpace": [tenant.name]},
-                    "credentials": [
-                        {"type": "password", "value": passwords[secret], "temporary": False}
-                    ],
-                    "groups": [f"/{tenant.name}", *memberships],
-                }
-            )
+            identity = sasl_identity(tenant, user)
+            groups_of = user_groups(user)
+            users.append(user_representation(identity, tenant.name, groups_of, passwords[secret]))
     realm = {
         "realm": REALM,
         "enabled": True,
         "sslRequired": "all",
         "registrationAllowed": False,
         "groups": [
-            {"name": space, "subGroups": [{"name": g} for g in sorted(subgroups)]}
-            for space, subgroups in sorted(groups.items())
+            {"name": MANAGED},
+            *(
+                {
+                    "name": space,
+                    "attributes": {MANAGED: ["true"]},
+                    "subGroups": [
+                        {"name": g, "attributes": {MANAGED: ["true"]}} for g in sorted(subgroups)
+                    ],
+                }
+                for space, subgroups in sorted(groups.items())
+            ),
         ],
         "clients": [_auth_client(), *([_lookup_client(lookup_secret)] if lookup_secret else [])],
         # Messaging users have no e-mail or names: Keycloak's profile check would hold

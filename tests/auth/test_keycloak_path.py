@@ -16,8 +16,11 @@ from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection, LinkDetached
 
 from enmesh.auth import frames
+from enmesh.auth.admin import KeycloakAdmin
+from enmesh.auth.sync import sync_realm
 from enmesh.control.management import Administrator, session
-from tests.auth.conftest import AuthStack, CompiledStack
+from enmesh.model import Model, load_model
+from tests.auth.conftest import MODEL, PASSWORDS, AuthStack, CompiledStack
 from tests.mqtt.conftest import Device, GatewayProcess
 from tests.support.console import Http, serve_console
 from tests.support.mesh import wait_until
@@ -312,6 +315,65 @@ def test_console_logins_on_a_keycloak_stack(compiled: CompiledStack) -> None:
         assert http.login(admin, mesh.passwords[admin]).status == 303
         spaces = http.request("GET", "/spaces").read().decode()
         assert "shop" in spaces and "lab" in spaces
+
+
+GINA = """
+---
+apiVersion: enmesh.io/v1
+kind: MessagingUser
+metadata: {name: shop.gina}
+spec:
+  addressSpace: shop
+  username: gina
+  authentication: {passwordSecret: {name: shop-gina, key: password}}
+  authorization:
+    - {operations: [send], addresses: [audit]}
+"""
+
+
+def _rights(stack: AuthStack, user: str, password: str, address: str) -> tuple[bool, bool]:
+    """Whether `user` (of shop) may send to and receive from `address`."""
+    connection = connect(stack, user, password, "shop")
+    try:
+        return may(connection, address, receive=False), may(connection, address, receive=True)
+    finally:
+        connection.close()
+
+
+def _model(directory: Path, extra: str = "") -> Model:
+    path = directory / "keycloak.model.yml"
+    path.write_text(MODEL.read_text() + extra)
+    return load_model([path])
+
+
+def test_the_model_reaches_keycloak_users_made_by_hand_stay(
+    stack: AuthStack, tmp_path: Path
+) -> None:
+    """`enmesh.auth.sync` (what `enmesh apply` runs on a Keycloak stack) through the real
+    admin API: a user added to the model can log in with its rights, a rights or password
+    change counts from the next login, a user removed from the model is removed from
+    Keycloak; a user made in Keycloak by hand is left alone; a second run changes nothing."""
+    keycloak = stack.keycloak
+    admin = KeycloakAdmin(keycloak.url, str(stack.pki.ca_cert), "admin", keycloak.admin_password)
+    _new_user(stack, "frank@shop", "frank-secret", "recv_orders")  # by hand, in Keycloak
+    passwords = {**PASSWORDS, "shop-gina": "gina-secret"}
+    added = sync_realm(admin, _model(tmp_path, GINA), passwords)
+    assert added.created == ["/shop/send_audit", "gina@shop"]
+    assert _rights(stack, "gina@shop", "gina-secret", "audit") == (True, False)
+    assert sync_realm(admin, _model(tmp_path, GINA), passwords).unchanged
+
+    recv_only = _model(tmp_path, GINA.replace("[send]", "[recv]"))
+    new_password = {**passwords, "shop-gina": "gina-new-secret"}
+    changed = sync_realm(admin, recv_only, new_password, reset={"gina@shop"})
+    assert (changed.changed, changed.removed) == (["gina@shop"], ["/shop/send_audit"])
+    assert "unauthorized" in refusal(stack, "gina@shop", "gina-secret", "shop")
+    assert _rights(stack, "gina@shop", "gina-new-secret", "audit") == (False, True)
+
+    removed = sync_realm(admin, _model(tmp_path), PASSWORDS)
+    assert removed.removed == ["gina@shop"]
+    assert "unauthorized" in refusal(stack, "gina@shop", "gina-new-secret", "shop")
+    assert _rights(stack, "frank@shop", "frank-secret", "orders") == (False, True)
+    assert sync_realm(admin, _model(tmp_path), PASSWORDS).unchanged
 
 
 def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthStack) -> None:
