@@ -19,7 +19,7 @@ from enmesh.control.apply import ApplyRefused
 from enmesh.control.brokers import BrokerError
 from enmesh.control.export import ExportError, add_export
 from enmesh.control.routers import RouterError
-from enmesh.deploy import stackctl
+from enmesh.deploy import keycloak_users, stackctl
 from enmesh.deploy.bundle import write_bundle
 from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment, watch_sasldb
 from enmesh.deploy.secrets import ensure_secrets
@@ -189,6 +189,7 @@ def _deploy_commands(commands: Any) -> None:
     sasldb.set_defaults(run=_cmd_deploy_sasldb)
     control.add_reload_step(steps)
     control.add_broker_step(steps)
+    keycloak_users.add_step(steps)
 
 
 def build_parser() -> argparse.ArgumentParser:

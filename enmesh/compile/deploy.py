@@ -74,6 +74,7 @@ def _brokers(layout: Layout) -> list[dict[str, Any]]:
 
 def _secrets(layout: Layout) -> list[dict[str, str]]:
     refs = {(ROUTER_BROKER_SECRET, "password"), (administrator.SECRET, administrator.KEY)}
+    refs |= set(identity.secrets(layout))
     for tenant in layout.model.tenants:
         for user in tenant.users:
             ref = user.spec.authentication.passwordSecret

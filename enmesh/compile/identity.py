@@ -23,6 +23,10 @@ AUTH_SERVICE = "enmesh-auth"  # the authServicePlugin's name, which listeners re
 AUTH_SERVICE_TLS = "auth-service-tls"
 AUTH_COMPONENT = "enmesh-auth"  # TLS file stem of enmesh-auth's certificate
 KEYCLOAK_COMPONENT = "keycloak"
+# Secrets of a Keycloak stack (`<secrets>/<name>/<key>`), generated like every password.
+KEYCLOAK_ADMIN_SECRET = ("enmesh-keycloak-admin", "password")  # Keycloak's bootstrap admin
+KEYCLOAK_DB_SECRET = ("enmesh-keycloak-db", "password")  # its PostgreSQL user `keycloak`
+LOOKUP_SECRET = ("enmesh-auth-lookup", "password")  # the realm's enmesh-auth-lookup client
 REALM = "enmesh"  # Keycloak's realm of the model (enmesh.auth.realm builds it)
 MECHANISMS = ["PLAIN"]  # what enmesh-auth offers (Keycloak exports no SCRAM secrets)
 
@@ -41,6 +45,13 @@ def keycloak_host(layout: Layout) -> str:
 
 def keycloak_url(layout: Layout) -> str:
     return f"https://{keycloak_host(layout)}:{layout.stack.spec.identity.keycloak.port}"
+
+
+def secrets(layout: Layout) -> list[tuple[str, str]]:
+    """The (name, key) of every secret the identity provider needs."""
+    if not uses_keycloak(layout):
+        return []
+    return [KEYCLOAK_ADMIN_SECRET, KEYCLOAK_DB_SECRET, LOOKUP_SECRET]
 
 
 def router_entities(layout: Layout) -> list[Entity]:
@@ -94,8 +105,13 @@ def deployment(layout: Layout) -> dict[str, Any]:
         "keycloak": {
             "host": keycloak,
             "port": spec.keycloak.port,
+            "managementPort": spec.keycloak.managementPort,
+            "databasePort": spec.keycloak.databasePort,
             "url": keycloak_url(layout),
             "realm": REALM,
             "certificates": [layout.certificate(KEYCLOAK_COMPONENT, keycloak)],
+            "adminSecret": layout.secret_path(*KEYCLOAK_ADMIN_SECRET),
+            "databaseSecret": layout.secret_path(*KEYCLOAK_DB_SECRET),
         },
+        "lookupSecret": layout.secret_path(*LOOKUP_SECRET),
     }

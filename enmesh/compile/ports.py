@@ -61,11 +61,9 @@ def claims(layout: Layout) -> Iterator[Claim]:
     if found is not None:
         yield str(found["host"]), int(found["port"]), "console (spec.console.port)"
     if identity.uses_keycloak(layout):
-        auth_port, keycloak_port = spec.identity.authService.port, spec.identity.keycloak.port
         where = "enmesh-auth (spec.identity.authService.port)"
-        yield identity.auth_service_host(layout), auth_port, where
-        yield (
-            identity.keycloak_host(layout),
-            keycloak_port,
-            "Keycloak (spec.identity.keycloak.port)",
-        )
+        yield identity.auth_service_host(layout), spec.identity.authService.port, where
+        keycloak = spec.identity.keycloak
+        for field in ("port", "managementPort", "databasePort"):
+            where = f"Keycloak (spec.identity.keycloak.{field})"
+            yield identity.keycloak_host(layout), getattr(keycloak, field), where

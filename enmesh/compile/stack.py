@@ -173,6 +173,8 @@ class Keycloak(_Strict):
 
     host: str | None = None  # default: the auth service's host
     port: Port = 8453  # HTTPS (8443 is the console's)
+    managementPort: Port = 8454  # noqa: N815  (health, HTTPS)
+    databasePort: Port = 5442  # noqa: N815  (its PostgreSQL, on loopback)
 
 
 class Identity(_Strict):

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from enmesh.auth.admin import KeycloakAdminError
 from enmesh.compile import compile_stack_file
 from enmesh.compile.artefacts import Artefacts
 from enmesh.control import brokers, routers, users
 from enmesh.control.entities import router_entities
-from enmesh.control.errors import ApplyRefused
+from enmesh.control.errors import ApplyIncomplete, ApplyRefused
 from enmesh.control.management import Administrator, ManagementError, confirm_addresses
 from enmesh.control.output import render
 from enmesh.control.plan import (
@@ -40,6 +41,7 @@ from enmesh.control.plan import (
     router_plan,
 )
 from enmesh.control.target import Target
+from enmesh.deploy.keycloak_users import describe, sync_stack_users
 from enmesh.deploy.sasldb import sasldb_users
 
 __all__ = ["ApplyRefused", "StackPlan", "apply_stack", "plan_stack"]
@@ -145,6 +147,25 @@ def plan_stack(
     )
 
 
+def _sync_keycloak(
+    stack_file: Path, artefacts: Artefacts, target: Target, echo: Callable[[str], None]
+) -> bool:
+    """On a Keycloak stack, its users and rights live there: after the routers (so a new
+    address exists before anyone is granted it), Keycloak gets the model's users."""
+    deployment = json.loads(artefacts.files["deploy.json"])
+    if deployment["identity"]["provider"] != "keycloak":
+        return False
+    try:
+        result = sync_stack_users(stack_file, target.secrets_dir, Path(deployment["ca"]))
+    except KeycloakAdminError as error:
+        raise ApplyIncomplete(
+            f"the routers and brokers are applied, Keycloak's users are not: {error}; "
+            "run apply again once Keycloak answers"
+        ) from None
+    echo(f"Keycloak users: {describe(result)}")
+    return True
+
+
 def _desired_users(artefacts: Artefacts, target: Target, generate: bool) -> dict[str, str]:
     """Identity -> password; a dry run does not create the secrets of new users (their
     password shows as `?`, they plan as added all the same)."""
@@ -228,7 +249,10 @@ def _apply_stack(
     if refusals:
         raise ApplyRefused("nothing changed:\n  " + "\n  ".join(refusals))
     result = Result(plan, phases=clock.phases)
-    if dry_run or plan.empty:
+    if dry_run:
+        return result
+    if plan.empty:
+        _sync_keycloak(stack_file, artefacts, target, echo)
         return result
     forced = _forced(plan, force)
     for broker_plan_, ctl in zip(plan.brokers, target.brokers, strict=True):
@@ -252,6 +276,8 @@ def _apply_stack(
         brokers.remove(ctl, broker_plan_, forced)
     routers.install(target.config_dir, definitions)  # the brokers have them now
     clock.lap("brokers (remove)")
+    if _sync_keycloak(stack_file, artefacts, target, echo):
+        clock.lap("keycloak users")
     result.seconds = clock.total()
     laps = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in clock.phases.items())
     echo(f"applied in {result.seconds:.1f}s ({laps})")

@@ -123,7 +123,7 @@ def _user_digest(salt: str, identity: str, password: str) -> str:
     return hashlib.sha256(f"{salt}\0{identity}\0{password}".encode()).hexdigest()
 
 
-def _write_record(path: Path, users: Mapping[str, str]) -> None:
+def write_password_record(path: Path, users: Mapping[str, str]) -> None:
     """Which identities the database holds, each with a salted digest of its password, so
     `enmesh apply` can say whose password changed without reading any password back."""
     salt = secrets.token_hex(16)
@@ -192,14 +192,14 @@ def ensure_sasldb(path: Path, users: Mapping[str, str]) -> bool:
     wanted = _digest(users)
     if path.is_file() and stamp.is_file() and stamp.read_text().strip() == wanted:
         if not _record_path(path).is_file():
-            _write_record(path, users)
+            write_password_record(path, users)
         return False
     fresh = path.with_name(f".{path.name}.new")
     fresh.unlink(missing_ok=True)
     write_sasldb(fresh, users)
     _keep_owner(fresh, path)
     fresh.replace(path)
-    _write_record(path, users)
+    write_password_record(path, users)
     stamp.write_text(wanted + "\n")
     stamp.chmod(0o600)
     return True

@@ -4,16 +4,16 @@ The routers' client TLS listener hands each login to it (the compiled `authServi
 names this Service); it checks the password with Keycloak and answers with the user's
 rights. Its listener uses a certificate from the stack's CA, and it trusts Keycloak's
 through the same CA. It remembers logins through the realm's `enmesh-auth-lookup` client,
-whose secret is generated here and given to both sides (docs/identity.md).
+whose secret is one of the stack's generated secrets (Credentials), given to both sides
+(docs/identity.md).
 """
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_kubernetes as k8s
-import pulumi_random as random
 
-from enmesh.compile.identity import AUTH_COMPONENT, keycloak_url
+from enmesh.compile.identity import AUTH_COMPONENT, LOOKUP_SECRET, keycloak_url
 from enmesh.compile.layout import Layout
 from enmesh.k8s.config import KubeStackConfig
 from enmesh.k8s.layout import AUTH_PORT, KubeLayout
@@ -24,12 +24,9 @@ core = k8s.core.v1
 AUTH_USER = 10000  # the enmesh image's uid, as for the routers
 TLS_DIR = "/etc/enmesh-auth-tls"
 SECRET_DIR = "/etc/enmesh-auth-lookup"
-LOOKUP_KEY = "secret"
 
 
 class AuthService(pulumi.ComponentResource):
-    lookup_secret: pulumi.Output[str]
-
     def __init__(
         self,
         name: str,
@@ -45,14 +42,6 @@ class AuthService(pulumi.ComponentResource):
         selector, object_meta, account = w.identity(
             names.stack, names.namespace, AUTH_COMPONENT, names.auth, child
         )
-        lookup = random.RandomPassword(f"{name}-lookup", length=32, special=False, opts=child)
-        self.lookup_secret = pulumi.Output.secret(lookup.result)
-        secret = core.Secret(
-            f"{name}-lookup",
-            metadata=w.metadata(f"{names.auth}-lookup", names.namespace, selector),
-            string_data={LOOKUP_KEY: self.lookup_secret},
-            opts=child,
-        )
         compiled = Layout(layout.stack, layout.model)
         container = core.ContainerArgs(
             name="enmesh-auth",
@@ -65,7 +54,7 @@ class AuthService(pulumi.ComponentResource):
                 f"--key={TLS_DIR}/{AUTH_COMPONENT}.key",
                 f"--keycloak-url={keycloak_url(compiled)}",
                 f"--keycloak-ca={TLS_DIR}/{CA_FILE}",
-                f"--lookup-secret-file={SECRET_DIR}/{LOOKUP_KEY}",
+                f"--lookup-secret-file={SECRET_DIR}/{LOOKUP_SECRET[1]}",
             ],
             ports=[core.ContainerPortArgs(name="amqps", container_port=AUTH_PORT)],
             volume_mounts=[w.mount("tls", TLS_DIR), w.mount("lookup", SECRET_DIR)],
@@ -76,7 +65,7 @@ class AuthService(pulumi.ComponentResource):
         )
         volumes = [
             w.tls_volume("tls", tls_secret),
-            w.tls_volume("lookup", secret.metadata.apply(lambda m: str(m.name))),
+            w.tls_volume("lookup", LOOKUP_SECRET[0]),  # the stack's generated secret
         ]
         # Two pods: a login needs one, so one may go while the other serves.
         w.spread_deployment(

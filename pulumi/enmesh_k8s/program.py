@@ -13,7 +13,12 @@ import pulumi
 from pulumi.runtime.config import CONFIG
 
 from enmesh.compile.errors import CompileError
-from enmesh.compile.identity import AUTH_COMPONENT
+from enmesh.compile.identity import (
+    AUTH_COMPONENT,
+    KEYCLOAK_ADMIN_SECRET,
+    KEYCLOAK_DB_SECRET,
+    LOOKUP_SECRET,
+)
 from enmesh.compile.layout import ROUTER_BROKER_SECRET
 from enmesh.compile.stack import IdentityProvider
 from enmesh.k8s.config import KubeStackConfig, StackConfigError, parse_config
@@ -85,8 +90,15 @@ def _identity(
     opts: pulumi.ResourceOptions,
 ) -> dict[str, Any]:
     """Keycloak with the model's realm, and enmesh-auth, which the routers ask."""
-    auth = auth_service.AuthService(
-        "auth", layout=layout, config=config, tls_secret=tls.secret_names["auth"], opts=opts
+    after_credentials = pulumi.ResourceOptions.merge(
+        opts, pulumi.ResourceOptions(depends_on=[credentials])
+    )
+    auth_service.AuthService(
+        "auth",
+        layout=layout,
+        config=config,
+        tls_secret=tls.secret_names["auth"],
+        opts=after_credentials,  # it mounts the lookup client's secret by name
     )
     user_secrets = {u["secret"] for u in layout.deployment["users"]}
     keycloak = Keycloak(
@@ -95,7 +107,9 @@ def _identity(
         config=config,
         tls_secret=tls.secret_names["keycloak"],
         passwords={s: p for s, p in credentials.passwords.items() if s in user_secrets},
-        lookup_secret=auth.lookup_secret,
+        lookup_secret=credentials.passwords[LOOKUP_SECRET[0]],
+        admin_password=credentials.passwords[KEYCLOAK_ADMIN_SECRET[0]],
+        database_password=credentials.passwords[KEYCLOAK_DB_SECRET[0]],
         opts=opts,
     )
     return {"keycloakUrl": keycloak.url, "keycloakAdminSecret": keycloak.admin_secret_name}

@@ -239,10 +239,23 @@ def compiled(
 ) -> Iterator[CompiledStack]:
     directory = tmp_path_factory.mktemp("compiled-keycloak")
     auth_port = free_port()
-    identity: dict[str, object] = {"provider": "keycloak", "authService": {"port": auth_port}}
+    identity: dict[str, object] = {
+        "provider": "keycloak",
+        "authService": {"port": auth_port},
+        "keycloak": {
+            "port": keycloak.port,
+            "managementPort": keycloak.management_port,
+            "databasePort": keycloak.database.port,
+        },
+    }
     mesh = build_mesh(directory, routers=1, models=[MODEL], identity=identity)
     mesh_pki = mesh.extra["pki"]
     assert isinstance(mesh_pki, Pki)
+    # The module's Keycloak has a certificate of the auth tests' CA: the stack's CA file
+    # becomes a bundle of both, as a site trusting two CAs would have.
+    mesh.ca.write_text(mesh.ca.read_text() + pki.ca_cert.read_text())
+    mesh.set_secret("enmesh-keycloak-admin", "password", keycloak.admin_password)
+    mesh.set_secret("enmesh-auth-lookup", "password", LOOKUP_SECRET)
     auth_log = directory / "enmesh-auth.log"
     served = (mesh_pki.cert(AUTH_COMPONENT), mesh_pki.key(AUTH_COMPONENT))
     auth, _ = auth_service_process(keycloak, pki, auth_log, port=auth_port, serve_with=served)

@@ -18,10 +18,12 @@ from proton.utils import BlockingConnection, LinkDetached
 from enmesh.auth import frames
 from enmesh.auth.admin import KeycloakAdmin
 from enmesh.auth.sync import sync_realm
+from enmesh.control.apply import apply_stack
 from enmesh.control.management import Administrator, session
 from enmesh.model import Model, load_model
 from tests.auth.conftest import MODEL, PASSWORDS, AuthStack, CompiledStack
 from tests.mqtt.conftest import Device, GatewayProcess
+from tests.support.apply_target import mesh_target, stack_file
 from tests.support.console import Http, serve_console
 from tests.support.mesh import wait_until
 
@@ -374,6 +376,40 @@ def test_the_model_reaches_keycloak_users_made_by_hand_stay(
     assert "unauthorized" in refusal(stack, "gina@shop", "gina-new-secret", "shop")
     assert _rights(stack, "frank@shop", "frank-secret", "orders") == (False, True)
     assert sync_realm(admin, _model(tmp_path), PASSWORDS).unchanged
+
+
+HANA = GINA.replace("gina", "hana")
+
+
+def test_apply_on_a_keycloak_stack_manages_its_users_in_keycloak(compiled: CompiledStack) -> None:
+    """`enmesh apply` on a running Keycloak stack: a user added to the model gets a
+    generated password and can log in through the compiled router with it; removed from
+    the model, the user is removed from Keycloak; a second apply changes nothing."""
+    mesh = compiled.mesh
+    model = mesh.directory / "keycloak.model.yml"
+    original = model.read_text()
+    said: list[str] = []
+    try:
+        model.write_text(original + HANA)
+        apply_stack(stack_file(mesh), mesh_target(mesh, None), echo=said.append)
+        assert "Keycloak users: changed: created: /shop/send_audit, hana@shop" in said
+        password = (mesh.secrets_dir / "shop-hana" / "password").read_text().strip()
+        url, options = mesh.url(0, tls=True), _tls_options(mesh.ca, "shop")
+        hana = BlockingConnection(url, user="hana@shop", password=password, **options)
+        try:
+            assert may(hana, "audit", receive=False)
+        finally:
+            hana.close()
+    finally:
+        model.write_text(original)
+        said.clear()
+        apply_stack(stack_file(mesh), mesh_target(mesh, None), echo=said.append)
+    assert "Keycloak users: changed: removed: /shop/send_audit, hana@shop" in said
+    with pytest.raises(ConnectionException, match="unauthorized"):
+        BlockingConnection(url, user="hana@shop", password=password, **options).close()
+    said.clear()
+    apply_stack(stack_file(mesh), mesh_target(mesh, None), echo=said.append)
+    assert "Keycloak users: unchanged" in said
 
 
 def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthStack) -> None:

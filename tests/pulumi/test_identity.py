@@ -54,15 +54,23 @@ def test_auth_service_runs_with_the_stacks_ca_and_the_lookup_client() -> None:
     spec = pod_spec(deployment)
     assert spec is not None
     volumes = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"]}
-    assert volumes == {"tls": "local-auth-tls", "lookup": "local-auth-lookup"}
+    assert volumes == {"tls": "local-auth-tls", "lookup": "enmesh-auth-lookup"}
     requests = {r.name: r.inputs for r in capture.of_type("tls:index/certRequest:CertRequest")}
     assert "local-auth.enmesh.svc.cluster.local" in requests["tls-enmesh-auth"]["dnsNames"]
     realm = json.loads(
         _named(capture, "Secret", "local-keycloak-realm")["stringData"]["enmesh-realm.json"]
     )
     lookup = next(c for c in realm["clients"] if c["clientId"] == "enmesh-auth-lookup")
-    secret = _named(capture, "Secret", "local-auth-lookup")["stringData"]["secret"]
+    secret = _named(capture, "Secret", "enmesh-auth-lookup")["stringData"]["password"]
     assert lookup["secret"] == secret and secret in capture.secrets
+    # Keycloak's administrator and database passwords are the stack's generated secrets,
+    # as on hosts (enmesh deploy keycloak-users logs in with the first).
+    pods = _named(capture, "Secret", "local-keycloak-credentials")["stringData"]
+    for key, generated in (
+        ("admin-password", "enmesh-keycloak-admin"),
+        ("db-password", "enmesh-keycloak-db"),
+    ):
+        assert pods[key] == _named(capture, "Secret", generated)["stringData"]["password"]
 
 
 def test_only_routers_reach_the_auth_service() -> None:

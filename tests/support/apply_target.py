@@ -51,7 +51,8 @@ spec:
 SHOP = SHOP_SPACE + SHOP_ORDERS + SHOP_INVOICES + SHOP_CLERK
 
 
-def mesh_target(mesh: Mesh, broker: RabbitMQBroker) -> Target:
+def mesh_target(mesh: Mesh, broker: RabbitMQBroker | None) -> Target:
+    """The mesh as `enmesh apply` sees it; without a broker, one that changes routers only."""
     deployment = json.loads((mesh.directory / "config" / "deploy.json").read_text())
 
     def pid(router: str) -> int:
@@ -59,6 +60,8 @@ def mesh_target(mesh: Mesh, broker: RabbitMQBroker) -> Target:
         assert process is not None
         return process.pid
 
+    if broker is None:
+        return from_deployment(deployment, signaller=Processes(pid), brokers={})
     ctl = Rabbitmqctl(
         "broker-0",
         (str(RABBITMQ_BIN / "rabbitmqctl"), "-n", broker.node),

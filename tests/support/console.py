@@ -25,8 +25,6 @@ from selenium.webdriver.chrome.service import Service
 from enmesh.console.app import Settings, create_app
 from enmesh.console.main import routers_of
 from enmesh.console.pagination import PAGE_SIZE
-from enmesh.control.routers import Processes
-from enmesh.control.target import from_deployment
 from tests.support.apply_target import mesh_target, stack_file
 from tests.support.mesh import Mesh, wait_until
 from tests.support.pki import Pki, reissue
@@ -78,11 +76,7 @@ def serve_console(
         stack_file=stack_file(mesh),
         routers=routers_of(deployment),
         ca=mesh.ca,
-        target=lambda: (
-            mesh_target(mesh, broker)
-            if isinstance(broker, RabbitMQBroker)
-            else _brokerless_target(mesh)
-        ),
+        target=lambda: mesh_target(mesh, broker if isinstance(broker, RabbitMQBroker) else None),
         administrator=administrator,
         prometheus=prometheus,
         page_size=page_size,
@@ -107,17 +101,6 @@ def serve_console(
     finally:
         server.should_exit = True
         thread.join(15)
-
-
-def _brokerless_target(mesh: Mesh) -> Any:
-    deployment = json.loads((mesh.directory / "config" / "deploy.json").read_text())
-
-    def pid(router: str) -> int:
-        process = mesh.routers[int(router.rsplit("-", 1)[1])].process
-        assert process is not None
-        return process.pid
-
-    return from_deployment(deployment, signaller=Processes(pid), brokers={})
 
 
 class Http:

@@ -80,17 +80,25 @@ def test_keycloak_stack_lists_no_user_in_policies_or_the_sasl_database(tmp_path:
 
 
 def test_keycloak_stack_tells_the_deployer_where_auth_runs(tmp_path: Path) -> None:
-    spec = {**KEYCLOAK, "keycloak": {"host": "127.0.0.2", "port": 8454}}
-    identity = json.loads((_compiled(tmp_path, identity=spec) / "deploy.json").read_text())[
-        "identity"
-    ]
+    spec = {**KEYCLOAK, "keycloak": {"host": "127.0.0.2", "port": 8455}}
+    deployment = json.loads((_compiled(tmp_path, identity=spec) / "deploy.json").read_text())
+    identity = deployment["identity"]
     assert identity["provider"] == "keycloak"
     assert identity["authService"]["host"] == "127.0.0.1"  # the first router's host
     assert identity["authService"]["port"] == 5679
     (auth_cert,) = identity["authService"]["certificates"]
     assert auth_cert["name"] == "enmesh-auth" and "127.0.0.1" in auth_cert["dnsNames"]
     keycloak = identity["keycloak"]
-    assert keycloak["url"] == "https://127.0.0.2:8454"
+    assert keycloak["url"] == "https://127.0.0.2:8455"
+    assert (keycloak["managementPort"], keycloak["databasePort"]) == (8454, 5442)
+    # generated with the stack's other secrets, installed with them
+    secrets = {(s["name"], s["key"]) for s in deployment["secrets"]}
+    assert {
+        ("enmesh-keycloak-admin", "password"),
+        ("enmesh-keycloak-db", "password"),
+        ("enmesh-auth-lookup", "password"),
+    } <= secrets
+    assert keycloak["adminSecret"] == str(tmp_path / "secrets/enmesh-keycloak-admin/password")
     assert keycloak["realm"] == "enmesh"
     assert keycloak["certificates"][0]["dnsNames"] == ["127.0.0.2", "localhost"]
 

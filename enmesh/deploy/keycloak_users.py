@@ -1,0 +1,103 @@
+"""`enmesh deploy keycloak-users`: the model's users and rights into Keycloak, on the
+deployer (it holds the stack and model files and the secrets), through Keycloak's admin
+API (enmesh.auth.sync). The Keycloak role runs it once Keycloak answers; `enmesh apply`
+runs it on every model change of a Keycloak stack.
+
+A password is never read back from Keycloak, so which ones changed is told by a record of
+salted digests beside the secrets (as for the routers' SASL database): a user whose secret
+changed since the last run gets its password set again.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from enmesh.auth.admin import KeycloakAdmin, KeycloakAdminError
+from enmesh.auth.sync import SyncResult, sync_realm
+from enmesh.compile import load_stack
+from enmesh.compile.auth import sasl_identity
+from enmesh.compile.identity import KEYCLOAK_ADMIN_SECRET, LOOKUP_SECRET, keycloak_url
+from enmesh.compile.layout import Layout
+from enmesh.deploy.sasldb import installed_users, write_password_record
+from enmesh.model import load_model
+
+ADMIN_USER = "admin"  # Keycloak's bootstrap administrator (the role creates it)
+RECORD = ".keycloak"  # `<secrets>/.keycloak.users.json`: digests of the passwords set
+
+
+def _read(secrets_dir: Path, name: str, key: str) -> str:
+    path = secrets_dir / name / key
+    try:
+        return path.read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as error:
+        raise KeycloakAdminError(f"cannot read secret {path}: {error.strerror}") from None
+
+
+def sync_stack_users(
+    stack_file: Path, secrets_dir: Path, ca_file: Path, url: str | None = None
+) -> SyncResult:
+    """Make the stack's Keycloak hold its model's users; `url` overrides the stack's."""
+    stack, model_files = load_stack(stack_file)
+    model = load_model(model_files)
+    layout = Layout(stack, model)
+    refs = [u.spec.authentication.passwordSecret for t in model.tenants for u in t.users]
+    passwords = {ref.name: _read(secrets_dir, ref.name, ref.key) for ref in refs}
+    by_identity = {
+        sasl_identity(tenant, user): passwords[user.spec.authentication.passwordSecret.name]
+        for tenant in model.tenants
+        for user in tenant.users
+    }
+    record = secrets_dir / RECORD
+    known = installed_users(record)
+    reset = {i for i, p in by_identity.items() if known.same_password(i, p) is False}
+    admin = KeycloakAdmin(
+        url or keycloak_url(layout),
+        str(ca_file),
+        ADMIN_USER,
+        _read(secrets_dir, *KEYCLOAK_ADMIN_SECRET),
+    )
+    result = sync_realm(
+        admin, model, passwords, reset=reset, lookup_secret=_read(secrets_dir, *LOOKUP_SECRET)
+    )
+    write_password_record(record, by_identity)
+    return result
+
+
+def describe(result: SyncResult) -> str:
+    if result.imported:
+        return "changed: realm imported"
+    if result.unchanged:
+        return "unchanged"
+    parts = [
+        f"{what}: {', '.join(names)}"
+        for what, names in (
+            ("created", result.created),
+            ("changed", result.changed),
+            ("removed", result.removed),
+        )
+        if names
+    ]
+    return "changed: " + "; ".join(parts)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        result = sync_stack_users(args.stack, args.secrets, args.ca, args.url)
+    except KeycloakAdminError as error:
+        print(f"error: {error}", flush=True)
+        return 1
+    print(describe(result), flush=True)
+    return 0
+
+
+def add_step(steps: Any) -> None:
+    step = steps.add_parser(
+        "keycloak-users", help="make the stack's Keycloak hold its model's users and rights"
+    )
+    step.add_argument("--stack", type=Path, required=True, metavar="FILE", help="stack file")
+    step.add_argument("--secrets", type=Path, required=True, metavar="DIR")
+    step.add_argument("--ca", type=Path, required=True, metavar="FILE", help="the stack's CA")
+    step.add_argument("--url", metavar="URL", help="Keycloak's https URL (default: the stack's)")
+    step.set_defaults(run=_run)
