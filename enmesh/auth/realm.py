@@ -13,9 +13,9 @@ import json
 from collections.abc import Mapping
 
 from enmesh.auth.lookup import LOOKUP_CLIENT
-from enmesh.compile.auth import sasl_identity
+from enmesh.compile.auth import link_addresses, sasl_identity
 from enmesh.compile.identity import REALM
-from enmesh.model import MessagingUser, Model, Operation
+from enmesh.model import MessagingUser, Model, Operation, Tenant
 
 # The client enmesh-auth checks passwords with (password grant) and whose access tokens
 # carry the user's groups as full paths (`/<space>/send_<pattern>`).
@@ -48,16 +48,17 @@ def space_groups(model: Model) -> dict[str, set[str]]:
     groups: dict[str, set[str]] = {tenant.name: set() for tenant in model.tenants}
     for tenant in model.tenants:
         for user in tenant.users:
-            groups[tenant.name] |= set(user_groups(user))
+            groups[tenant.name] |= set(user_groups(tenant, user))
     return groups
 
 
-def user_groups(user: MessagingUser) -> list[str]:
-    """A user's subgroups of its space's group."""
+def user_groups(tenant: Tenant, user: MessagingUser) -> list[str]:
+    """A user's subgroups of its space's group; patterns as link addresses, as the vhost
+    policy has them (a subscription is received from as `topic::subscription`)."""
     names = [
         f"{op.value}_{pattern}"
         for op in (Operation.SEND, Operation.RECV)
-        for pattern in user.spec.patterns_for(op)
+        for pattern in link_addresses(tenant, user.spec.patterns_for(op))
     ]
     if any(Operation.MANAGE in rule.operations for rule in user.spec.authorization):
         names.append("manage")
@@ -76,7 +77,7 @@ def realm_json(model: Model, passwords: Mapping[str, str], lookup_secret: str | 
         for user in tenant.users:
             secret = user.spec.authentication.passwordSecret.name
             identity = sasl_identity(tenant, user)
-            groups_of = user_groups(user)
+            groups_of = user_groups(tenant, user)
             users.append(user_representation(identity, tenant.name, groups_of, passwords[secret]))
     realm = {
         "realm": REALM,

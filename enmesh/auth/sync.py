@@ -152,7 +152,7 @@ def _wanted_users(model: Model, passwords: Mapping[str, str]) -> dict[str, _Want
     return {
         sasl_identity(tenant, user): _Wanted(
             tenant.name,
-            frozenset(user_groups(user)),
+            frozenset(user_groups(tenant, user)),
             passwords[user.spec.authentication.passwordSecret.name],
         )
         for tenant in model.tenants

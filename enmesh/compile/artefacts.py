@@ -93,7 +93,10 @@ def _compile(layout: Layout) -> Artefacts:
     files["auth/sasl2/qdrouterd.conf"] = auth.sasl_config(layout)
     files[admission.ADMISSION_FILE] = to_json(admission.admission(stack.spec.security))
     for tenant in layout.standard_tenants:
-        policy = auth.vhost_policy(tenant, listed_users=not identity.uses_keycloak(layout))
+        keycloak = identity.uses_keycloak(layout)
+        policy = auth.vhost_policy(tenant, listed_users=not keycloak)
+        if keycloak:  # what Keycloak's groups grant, read by the smoke check, not the routers
+            files[f"{identity.RIGHTS_DIR}/{tenant.name}.json"] = to_json(auth.vhost_policy(tenant))
         where = f"auth/policies/{tenant.name}.json"
         require_valid(policy_problems(profile, policy, where), profile)
         files[where] = to_json(policy)

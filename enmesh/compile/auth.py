@@ -27,7 +27,7 @@ def sasl_identity(tenant: Tenant, user: MessagingUser) -> str:
     return f"{user.spec.username}@{tenant.name}"
 
 
-def _link_addresses(tenant: Tenant, patterns: list[str]) -> list[str]:
+def link_addresses(tenant: Tenant, patterns: list[str]) -> list[str]:
     """Authorization patterns as link addresses: a subscription is `topic::subscription`."""
     subscriptions = {
         a.spec.address: _subscription(a) for a in tenant.of_type(AddressType.SUBSCRIPTION)
@@ -46,9 +46,9 @@ def _group(tenant: Tenant, user: MessagingUser) -> dict[str, Any]:
         "users": sasl_identity(tenant, user),
         "remoteHosts": "*",
         "sources": ", ".join(
-            _link_addresses(tenant, user.spec.patterns_for(Operation.RECV)) + extra
+            link_addresses(tenant, user.spec.patterns_for(Operation.RECV)) + extra
         ),
-        "targets": ", ".join(_link_addresses(tenant, sends) + replies + extra),
+        "targets": ", ".join(link_addresses(tenant, sends) + replies + extra),
         # Anonymous-relay senders (Qpid JMS's default): the router checks each message's
         # `to` against `targets`, so the link itself grants nothing more.
         "allowAnonymousSender": bool(sends),

@@ -28,6 +28,9 @@ KEYCLOAK_ADMIN_SECRET = ("enmesh-keycloak-admin", "password")  # Keycloak's boot
 KEYCLOAK_DB_SECRET = ("enmesh-keycloak-db", "password")  # its PostgreSQL user `keycloak`
 LOOKUP_SECRET = ("enmesh-auth-lookup", "password")  # the realm's enmesh-auth-lookup client
 REALM = "enmesh"  # Keycloak's realm of the model (enmesh.auth.realm builds it)
+# Each space's rights as a vhost policy naming its users: what the routers would hold
+# without Keycloak, and what Keycloak's groups grant with it (enmesh.deploy.smoke).
+RIGHTS_DIR = "auth/rights"
 MECHANISMS = ["PLAIN"]  # what enmesh-auth offers (Keycloak exports no SCRAM secrets)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -120,8 +121,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Fetch and build Keycloak into the cache.")
     parser.add_argument("--version", default=VERSION)
     parser.add_argument("--cache", type=Path, default=CACHE)
+    parser.add_argument(
+        "--describe",
+        action="store_true",
+        help='print {"home": ..., "java": ...} as JSON (the built server and the JDK to run it)',
+    )
     args = parser.parse_args()
-    print(installed(args.version, args.cache))
+    home = installed(args.version, args.cache)
+    if args.describe:
+        print(json.dumps({"home": str(home), "java": str(java_home())}))
+    else:
+        print(home)
 
 
 if __name__ == "__main__":

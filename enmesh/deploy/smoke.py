@@ -12,8 +12,9 @@ routers (sender on the first router, receivers on the others) with real credenti
 - subscription: a message sent to its topic is read from `topic::subscription`;
 - deadletter: a message sent to a queue that names it, rejected once, arrives there.
 
-Users are picked from the compiled vhost policies (who may send to / receive from the
-address); a type no user may use is reported as skipped. Every message carries a fresh
+Users are picked from the compiled vhost policies, or a Keycloak stack's rights files
+(who may send to / receive from the address); a type no user may use is reported as
+skipped. Every message carries a fresh
 nonce. A store the check would use (a queue, a dead-letter queue, a subscription, and
 for a topic its subscriptions) is checked only when the brokers say it is empty (their
 Prometheus endpoint); one that holds messages is reported as skipped and never attached
@@ -41,7 +42,8 @@ from proton import Message, Timeout
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
-from enmesh.clients import connect_options
+from enmesh.clients import DEFAULT_MECHANISMS, connect_options
+from enmesh.compile.identity import RIGHTS_DIR
 from enmesh.compile.layout import standard_broker_name
 from enmesh.deploy import queue_depth
 from enmesh.router.policy import Vhost, VhostGroup, parse_policy_file
@@ -76,6 +78,14 @@ class Access:
     def load(policy_file: Path) -> Access:
         (vhost,) = parse_policy_file(json.loads(policy_file.read_text(encoding="utf-8")))
         return Access(vhost)
+
+    @staticmethod
+    def of_space(build_dir: Path, space: str) -> Access:
+        """The space's rights: its vhost policy, or on a Keycloak stack (whose policies name
+        no user) the rights its users' Keycloak groups grant (enmesh.compile.identity)."""
+        rights = build_dir / RIGHTS_DIR / f"{space}.json"
+        policy = build_dir / "auth" / "policies" / f"{space}.json"
+        return Access.load(rights if rights.is_file() else policy)
 
     def _first(self, allowed: Callable[[VhostGroup, str], bool], address: str) -> str | None:
         for user in sorted(u for g in self.vhost.groups.values() for u in g.users):
@@ -118,7 +128,9 @@ class Stack:
             password=self.password(identity),
             vhost=space,
             ca=self.ca,
-            mechanisms="SCRAM-SHA-256",
+            # SCRAM where the routers check passwords themselves; PLAIN (inside TLS) where
+            # they relay logins to enmesh-auth (a Keycloak stack).
+            mechanisms=DEFAULT_MECHANISMS,
         )
         options.pop("reconnect")
         connection = BlockingConnection(timeout=TIMEOUT, **options)
@@ -177,7 +189,7 @@ class SmokeCheck:
             if entry["space"] in standard:
                 by_space.setdefault(entry["space"], {}).setdefault(entry["type"], entry)
         for space in sorted(by_space):
-            access = Access.load(self.stack.build_dir / "auth" / "policies" / f"{space}.json")
+            access = Access.of_space(self.stack.build_dir, space)
             first = by_space[space]
             for kind, entry in sorted(first.items()):
                 runner = getattr(self, f"_{kind}")

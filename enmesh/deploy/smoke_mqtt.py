@@ -70,7 +70,7 @@ def _through_gateway(stack: Stack, url: str | None, gateway: str, space: str, ad
     host, port = parts.hostname or "", parts.port or 0
     if not _reachable(stack, host):
         raise Skipped(f"the gateway on {gateway} listens on {host} only: not reachable here")
-    access = Access.load(stack.build_dir / "auth" / "policies" / f"{space}.json")
+    access = Access.of_space(stack.build_dir, space)
     sender, receiver = access.sender(address), access.receiver(address)
     if sender is None or receiver is None:
         raise NotApplicable(f"no user may {'send to' if sender is None else 'receive from'} it")

@@ -29,6 +29,7 @@ import json
 from collections.abc import Mapping
 
 from enmesh.compile.engines import Engine
+from enmesh.compile.identity import RIGHTS_DIR
 from enmesh.control.entities import router_entities
 
 CONFIG_PREFIXES = ("routers/", "auth/", "deploy.json")
@@ -40,10 +41,12 @@ _RESTART_ENTITIES = ("router", "listener")
 
 def config_files(files: Mapping[str, str]) -> dict[str, str]:
     """The router config Secret's files: every vhost policy in one file."""
+    # A Keycloak stack's rights files are for the smoke check on hosts; routers never
+    # read them (and one per space would change the volume's items, rolling the pods).
     chosen = {
         path: text
         for path, text in files.items()
-        if path.startswith(CONFIG_PREFIXES) and not path.startswith(POLICY_PREFIX)
+        if path.startswith(CONFIG_PREFIXES) and not path.startswith((POLICY_PREFIX, RIGHTS_DIR))
     }
     policies = [
         entry

@@ -70,6 +70,9 @@ def test_keycloak_stack_lists_no_user_in_policies_or_the_sasl_database(tmp_path:
     vhost = policy[0][1]
     assert vhost["hostname"] == "iot" and vhost["groups"] == {}
     assert vhost["maxConnections"] > 0  # the plan's limit still holds
+    # What Keycloak's groups grant, for the smoke check: the rights a sasldb stack has.
+    rights = json.loads((out / "auth" / "rights" / "iot.json").read_text())
+    assert "device" in rights[0][1]["groups"]
     deployment = json.loads((out / "deploy.json").read_text())
     assert deployment["users"]  # the model's users, for Keycloak's realm
     secrets = tmp_path / "secrets"
