@@ -17,6 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+UNAUTHORIZED = 401
+
 
 class KeycloakAdminError(Exception):
     """Keycloak's admin API refused a call or could not be reached (said in words)."""
@@ -63,9 +65,20 @@ class KeycloakAdmin:
         return str(token)
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
-        """One call under `/admin/realms` (`path` starts with `/`); the decoded answer."""
+        """One call under `/admin/realms` (`path` starts with `/`); the decoded answer. An
+        expired token (admin-cli's live a minute) is renewed once and the call made again."""
+        fresh = self._token is None
         if self._token is None:
             self._token = self._login()
+        try:
+            return self._call(method, path, body)
+        except KeycloakAdminError as error:
+            if error.status != UNAUTHORIZED or fresh:
+                raise
+        self._token = self._login()
+        return self._call(method, path, body)
+
+    def _call(self, method: str, path: str, body: Any) -> Any:
         request = urllib.request.Request(
             f"{self.url}/admin/realms{path}",
             method=method,

@@ -77,7 +77,7 @@ class _Realm:
         marker = existing.pop(MANAGED, None)
         if marker is None:
             self.call("POST", "/groups", {"name": MANAGED})
-            (marker,) = self.call("GET", f"/groups?exact=true&search={_q(MANAGED)}")
+            marker = self.call("GET", f"/group-by-path/{_q(MANAGED)}")
         self.marker_id = str(marker["id"])
         ids: dict[str, dict[str, str]] = {}
         for space, subgroups in sorted(wanted.items()):
@@ -85,7 +85,8 @@ class _Realm:
             if group is None:
                 body = {"name": space, "attributes": {MANAGED: ["true"]}}
                 self.call("POST", "/groups", body)
-                (group,) = self.call("GET", f"/groups?exact=true&search={_q(space)}")
+                # by path: a search also matches subgroups of that name elsewhere
+                group = self.call("GET", f"/group-by-path/{_q(space)}")
                 self.result.created.append(f"/{space}")
             children = self.children(group["id"])
             for name in sorted(subgroups - children.keys()):

@@ -27,7 +27,7 @@ import yaml
 from enmesh.compile.layout import standard_broker_name
 from enmesh.compile.stack import Stack, load_stack, runtime_dir, runtime_models
 from enmesh.control.apply import apply_stack
-from enmesh.control.errors import ApplyRefused
+from enmesh.control.errors import ApplyIncomplete, ApplyRefused
 from enmesh.control.putback import put_back_on_failure
 from enmesh.control.target import Target
 from enmesh.model import Model, Problem, load_model, validate_files
@@ -49,7 +49,8 @@ GENERAL = ""  # errors that belong to no one field
 
 
 class ChangeError(Exception):
-    """apply refused or failed; the runtime part is back as it was."""
+    """apply refused or failed (the runtime part is back as it was), or applied only in
+    part (Keycloak's users not yet; the runtime part is kept, the message says so)."""
 
 
 _model_cache: dict[str, tuple[tuple[tuple[str, int, int], ...], Model]] = {}
@@ -341,11 +342,17 @@ class Changes:
     ) -> None:
         target = self.target()
         path = source.runtime_file
+        incomplete: ApplyIncomplete | None = None
         try:
             with put_back_on_failure([path]):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(_dump(documents), encoding="utf-8")
-                apply_stack(self.stack_file, target, force=force, echo=log.info)
+                try:
+                    apply_stack(self.stack_file, target, force=force, echo=log.info)
+                except ApplyIncomplete as exc:  # the routers have it: keep what they run
+                    incomplete = exc
         except Exception as exc:
             log.exception("apply failed; the runtime part is back as it was")
             raise ChangeError(f"apply failed, nothing kept: {exc}") from exc
+        if incomplete is not None:
+            raise ChangeError(f"applied to the routers and brokers, kept: {incomplete}")

@@ -1,7 +1,6 @@
 """`Keycloak`: the identity provider, its PostgreSQL database and the imported realm.
 
-Admin and database passwords are the stack's generated secrets (Credentials, as on hosts:
-`enmesh-keycloak-admin`, `enmesh-keycloak-db`), copied into one Secret for the pods;
+Admin and database passwords are generated with pulumi-random and live only in Secrets;
 containers read them through `secretKeyRef`. The realm (users, groups, passwords) is a
 Secret too, imported at start-up with `--import-realm`.
 """
@@ -12,6 +11,7 @@ from collections.abc import Mapping
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 
 from enmesh.auth.realm import realm_json
 from enmesh.compile.identity import REALM
@@ -42,21 +42,23 @@ class Keycloak(pulumi.ComponentResource):
         tls_secret: pulumi.Input[str],
         passwords: Mapping[str, pulumi.Output[str]],  # user Secret name -> password
         lookup_secret: pulumi.Output[str],  # enmesh-auth's service-account client
-        admin_password: pulumi.Output[str],  # the bootstrap administrator's
-        database_password: pulumi.Output[str],  # PostgreSQL user keycloak's
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("enmesh:k8s:Keycloak", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         names, namespace = layout.names, layout.names.namespace
+        # Generated here, as before the stack's secrets listed them (renaming the
+        # resources would give a running Keycloak and its database new passwords).
+        admin = random.RandomPassword(f"{name}-admin", length=32, special=False, opts=child)
+        database = random.RandomPassword(f"{name}-db", length=32, special=False, opts=child)
         credentials = core.Secret(
             f"{name}-credentials",
             metadata=w.metadata(f"{names.keycloak}-credentials", namespace, _labels(names.stack)),
             string_data={
                 "admin-username": "admin",
-                "admin-password": admin_password,
+                "admin-password": admin.result,
                 "db-username": DB_NAME,
-                "db-password": database_password,
+                "db-password": database.result,
             },
             opts=child,
         )

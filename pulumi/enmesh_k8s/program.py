@@ -108,8 +108,6 @@ def _identity(
         tls_secret=tls.secret_names["keycloak"],
         passwords={s: p for s, p in credentials.passwords.items() if s in user_secrets},
         lookup_secret=credentials.passwords[LOOKUP_SECRET[0]],
-        admin_password=credentials.passwords[KEYCLOAK_ADMIN_SECRET[0]],
-        database_password=credentials.passwords[KEYCLOAK_DB_SECRET[0]],
         opts=opts,
     )
     return {"keycloakUrl": keycloak.url, "keycloakAdminSecret": keycloak.admin_secret_name}
@@ -125,7 +123,9 @@ def build() -> dict[str, Any]:
     ns = namespace(names, on_cluster)
     opts = pulumi.ResourceOptions(provider=cluster.provider, depends_on=[ns])
     deployment = layout.deployment
-    secrets = {s["name"]: s["key"] for s in deployment["secrets"]}
+    # Keycloak's own passwords are its component's (kept under their first names).
+    keycloak_own = {KEYCLOAK_ADMIN_SECRET[0], KEYCLOAK_DB_SECRET[0]}
+    secrets = {s["name"]: s["key"] for s in deployment["secrets"] if s["name"] not in keycloak_own}
     credentials = Credentials(
         "credentials", stack=stack, namespace=names.namespace, secrets=secrets, opts=opts
     )
