@@ -89,15 +89,17 @@ class _Realm:
                 group = self.call("GET", f"/group-by-path/{_q(space)}")
                 self.result.created.append(f"/{space}")
             children = self.children(group["id"])
-            for name in sorted(subgroups - children.keys()):
+            missing = sorted(subgroups - children.keys())
+            for name in missing:
                 body = {"name": name, "attributes": {MANAGED: ["true"]}}
                 self.call("POST", f"/groups/{group['id']}/children", body)
                 self.result.created.append(f"/{space}/{name}")
             for name in sorted(children.keys() - subgroups):
                 if _managed(children[name]):  # a subgroup made by hand stays
-                    self.call("DELETE", f"/groups/{children[name]['id']}")
+                    self.call("DELETE", f"/groups/{children.pop(name)['id']}")
                     self.result.removed.append(f"/{space}/{name}")
-            children = self.children(group["id"])
+            if missing:  # their ids come from Keycloak
+                children = self.children(group["id"])
             ids[space] = {"": group["id"], **{n: c["id"] for n, c in children.items()}}
         for space, group in sorted(existing.items()):
             if space not in wanted and _managed(group):
@@ -123,19 +125,20 @@ class _Realm:
     def align_user(
         self, user: Mapping[str, Any], wanted: _Wanted, ids: Mapping[str, str], reset: bool
     ) -> None:
-        """Exactly the wanted subgroups of its space (and the space's group itself)."""
-        prefix = f"/{wanted.space}/"
+        """Exactly the wanted subgroups of its space, and the space's group itself (its
+        key in `ids` and here is "")."""
+        space = f"/{wanted.space}"
         current = {
-            g["path"].removeprefix(prefix): g["id"]
+            g["path"].removeprefix(space).removeprefix("/"): g["id"]
             for g in self.call("GET", f"/users/{user['id']}/groups?briefRepresentation=true")
-            if g["path"].startswith(prefix) or g["path"] == f"/{wanted.space}"
+            if g["path"] == space or g["path"].startswith(space + "/")
         }
+        wanted_names = wanted.groups | {""}
         changed = reset
-        for name in sorted((wanted.groups | {f"/{wanted.space}"}) - current.keys()):
-            group_id = ids[""] if name == f"/{wanted.space}" else ids[name]
-            self.call("PUT", f"/users/{user['id']}/groups/{group_id}")
+        for name in sorted(wanted_names - current.keys()):
+            self.call("PUT", f"/users/{user['id']}/groups/{ids[name]}")
             changed = True
-        for name in sorted(current.keys() - wanted.groups - {f"/{wanted.space}"}):
+        for name in sorted(current.keys() - wanted_names):
             self.call("DELETE", f"/users/{user['id']}/groups/{current[name]}")
             changed = True
         if reset:

@@ -12,6 +12,7 @@ never travels without TLS.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from enmesh.compile.layout import Layout
@@ -36,6 +37,12 @@ MECHANISMS = ["PLAIN"]  # what enmesh-auth offers (Keycloak exports no SCRAM sec
 
 def uses_keycloak(layout: Layout) -> bool:
     return layout.stack.spec.identity.provider is IdentityProvider.KEYCLOAK
+
+
+def deployed_with_keycloak(deployment: Mapping[str, Any]) -> bool:
+    """Whether a rendered `deploy.json` is a Keycloak stack's (one rendered before the
+    `identity` section existed is not)."""
+    return bool(deployment.get("identity", {}).get("provider") == IdentityProvider.KEYCLOAK)
 
 
 def auth_service_host(layout: Layout) -> str:

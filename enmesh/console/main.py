@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from enmesh.compile import find_stack_file
+from enmesh.compile.identity import deployed_with_keycloak
 from enmesh.console import kubernetes
 from enmesh.console.app import Settings, create_app
 from enmesh.console.mesh import Router
@@ -21,7 +22,7 @@ from enmesh.control.target import DEFAULT_RABBITMQCTL, Target, on_this_host
 
 
 def routers_of(deployment: dict[str, Any]) -> tuple[Router, ...]:
-    keycloak = deployment.get("identity", {}).get("provider") == "keycloak"
+    keycloak = deployed_with_keycloak(deployment)
     return tuple(
         Router(
             r["id"],

@@ -26,6 +26,7 @@ from typing import Any
 from enmesh.auth.admin import KeycloakAdminError
 from enmesh.compile import compile_stack_file
 from enmesh.compile.artefacts import Artefacts
+from enmesh.compile.identity import deployed_with_keycloak
 from enmesh.control import brokers, routers, users
 from enmesh.control.entities import router_entities
 from enmesh.control.errors import ApplyIncomplete, ApplyRefused
@@ -153,7 +154,7 @@ def _sync_keycloak(
     """On a Keycloak stack, its users and rights live there: after the routers (so a new
     address exists before anyone is granted it), Keycloak gets the model's users."""
     deployment = json.loads(artefacts.files["deploy.json"])
-    if deployment["identity"]["provider"] != "keycloak":
+    if not deployed_with_keycloak(deployment):
         return False
     try:
         result = sync_stack_users(stack_file, target.secrets_dir, Path(deployment["ca"]))

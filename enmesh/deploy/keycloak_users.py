@@ -42,13 +42,13 @@ def sync_stack_users(
     stack, model_files = load_stack(stack_file)
     model = load_model(model_files)
     layout = Layout(stack, model)
-    refs = [u.spec.authentication.passwordSecret for t in model.tenants for u in t.users]
-    passwords = {ref.name: _read(secrets_dir, ref.name, ref.key) for ref in refs}
-    by_identity = {
-        sasl_identity(tenant, user): passwords[user.spec.authentication.passwordSecret.name]
-        for tenant in model.tenants
-        for user in tenant.users
-    }
+    passwords: dict[str, str] = {}  # secret name -> password, as the sync takes them
+    by_identity: dict[str, str] = {}  # identity -> password, for the record
+    for tenant in model.tenants:
+        for user in tenant.users:
+            ref = user.spec.authentication.passwordSecret
+            passwords[ref.name] = _read(secrets_dir, ref.name, ref.key)
+            by_identity[sasl_identity(tenant, user)] = passwords[ref.name]
     record = secrets_dir / RECORD
     known = installed_users(record)
     reset = {i for i, p in by_identity.items() if known.same_password(i, p) is False}

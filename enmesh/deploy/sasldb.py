@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from enmesh.compile.identity import deployed_with_keycloak
+
 
 class SasldbError(RuntimeError):
     """The database could not be built; the message says which identity or file."""
@@ -90,8 +92,7 @@ def flat_secret_key(name: str, key: str) -> str:
 def sasldb_users(deployment: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The messaging users the routers' own database holds: none when Keycloak holds
     them (`identity.provider: keycloak`; the stack administrator is always there)."""
-    provider = deployment.get("identity", {}).get("provider", "sasldb")
-    return [] if provider == "keycloak" else list(deployment["users"])
+    return [] if deployed_with_keycloak(deployment) else list(deployment["users"])
 
 
 def read_users(

@@ -48,6 +48,19 @@ def refusal(stack: AuthStack, user: str, password: str, vhost: str, port: int = 
     return str(refused.value)
 
 
+def _tls_options(ca: Path, vhost: str) -> dict[str, Any]:
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(ca))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+    return {
+        "timeout": 20,
+        "virtual_host": vhost,
+        "allowed_mechs": "PLAIN",
+        "ssl_domain": domain,
+        "sasl_enabled": True,
+    }
+
+
 def may(connection: Any, address: str, receive: bool) -> bool:
     try:
         link = connection.create_receiver(address) if receive else connection.create_sender(address)
@@ -79,16 +92,7 @@ def test_keycloak_password_and_groups_decide(stack: AuthStack) -> None:
 
 def test_plain_over_tls(stack: AuthStack) -> None:
     """TLS terminated by the router in Python, SASL relayed inside it."""
-    domain = SSLDomain(SSLDomain.MODE_CLIENT)
-    domain.set_trusted_ca_db(str(stack.pki.ca_cert))
-    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
-    options: dict[str, Any] = {
-        "timeout": 20,
-        "virtual_host": "shop",
-        "allowed_mechs": "PLAIN",
-        "ssl_domain": domain,
-        "sasl_enabled": True,
-    }
+    options = _tls_options(stack.pki.ca_cert, "shop")
     url = f"amqps://127.0.0.1:{stack.tls_port}"
     alice = BlockingConnection(url, user="alice@shop", password="alice-secret", **options)
     try:
@@ -214,19 +218,6 @@ def test_a_remembered_login_follows_password_and_group_changes(stack: AuthStack)
 def test_auth_service_down_refuses_new_connections(stack: AuthStack) -> None:
     assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop", stack.dead_port)
     assert "auth service" in stack.router_log.read_text()
-
-
-def _tls_options(ca: Path, vhost: str) -> dict[str, Any]:
-    domain = SSLDomain(SSLDomain.MODE_CLIENT)
-    domain.set_trusted_ca_db(str(ca))
-    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
-    return {
-        "timeout": 20,
-        "virtual_host": vhost,
-        "allowed_mechs": "PLAIN",
-        "ssl_domain": domain,
-        "sasl_enabled": True,
-    }
 
 
 def test_a_compiled_keycloak_stack_logs_in_through_keycloak(compiled: CompiledStack) -> None:
