@@ -13,7 +13,7 @@ from pathlib import Path
 from enmesh.auth.keycloak import KeycloakSettings, PasswordCheck
 from enmesh.auth.lookup import LOOKUP_CLIENT, UserLookup
 from enmesh.auth.service import AuthService
-from enmesh.auth.verdicts import DEFAULT_MAX_AGE_SECONDS, Check, RememberingCheck
+from enmesh.auth.verdicts import DEFAULT_MAX_AGE_SECONDS, RememberingCheck
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
         "a password Keycloak accepted is accepted again while the user is unchanged",
     )
     p.add_argument("--lookup-client-id", default=LOOKUP_CLIENT, help="that client's id")
+    p.add_argument(
+        "--scram",
+        action="store_true",
+        help="offer SCRAM-SHA-256 too (needs --lookup-secret-file and enmesh's Keycloak "
+        "provider, which the keycloak role installs)",
+    )
     p.add_argument(
         "--remember-seconds",
         type=float,
@@ -63,18 +69,22 @@ def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
-def _check(args: argparse.Namespace) -> Check:
+def _service(args: argparse.Namespace) -> AuthService:
+    """PLAIN by password grants; with the service account, remembered logins and SCRAM."""
     settings = _settings(args)
     grant = PasswordCheck(settings)
     if not args.lookup_secret_file:
-        return grant
+        if args.scram:
+            raise ValueError("--scram needs --lookup-secret-file (the account reads the keys)")
+        return AuthService(grant)
     secret = args.lookup_secret_file.read_text().strip()
     lookup = UserLookup(settings, args.lookup_client_id, secret)
-    return RememberingCheck(grant, lookup, max_age=args.remember_seconds)
+    check = RememberingCheck(grant, lookup, max_age=args.remember_seconds)
+    return AuthService(check, lookup if args.scram else None)
 
 
 async def _run(args: argparse.Namespace) -> None:
-    service = AuthService(_check(args))
+    service = _service(args)
     server = await asyncio.start_server(service.serve, args.host, args.port, ssl=_tls(args))
     host, port = server.sockets[0].getsockname()[:2]
     print(f"enmesh-auth listening on {host}:{port}", flush=True)  # readiness, for supervisors

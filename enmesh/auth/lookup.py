@@ -8,16 +8,19 @@ Keycloak against the hundreds a password grant costs (PBKDF2 at Keycloak's defau
 iterations, then a signed token).
 
 The service account is the realm's confidential client `enmesh-auth-lookup` with the
-`realm-management` role `view-users` only (enmesh.auth.realm). Its token comes from the
-client-credentials grant and is reused until shortly before it expires. One HTTPS
-connection per worker thread is kept open (http.client), so a lookup costs no TLS
-handshake.
+`realm-management` role `view-users` only (enmesh.auth.realm); the same account alone may
+read users' SCRAM keys from the realm's enmesh-scram resource (enmesh.auth.scram). Its
+token comes from the client-credentials grant and is reused until shortly before it
+expires. One HTTPS connection per worker thread is kept open (http.client), so a lookup
+costs no TLS handshake.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import logging
 import ssl
 import threading
 import time
@@ -27,8 +30,16 @@ from typing import Any
 
 from enmesh.auth.keycloak import KeycloakSettings
 
+log = logging.getLogger("enmesh.auth")
+
 LOOKUP_CLIENT = "enmesh-auth-lookup"
+SCRAM_RESOURCE = "enmesh-scram"  # the realm resource of enmesh/deploy/keycloak_scram
+NO_SUCH_USER = b'{"error":"no such user"}'  # its answer (404) for a user Keycloak lacks
 TOKEN_MARGIN_SECONDS = 30.0  # a token this close to expiry is renewed first
+
+
+def _q(text: str) -> str:
+    return urllib.parse.quote(text, safe="")
 
 
 class AdminApiError(Exception):
@@ -41,6 +52,20 @@ class UserState:
     usable: bool  # enabled, and no required action would hold a login
     password_stamp: tuple[tuple[str, int], ...]  # (credential id, created) of its passwords
     groups: tuple[str, ...]  # full paths, as the token's `groups` claim has them
+
+
+@dataclass(frozen=True)
+class ScramRecord:
+    """What Keycloak's enmesh-scram resource answers for one user."""
+
+    username: str
+    usable: bool  # enabled, no required action, not locked out
+    groups: tuple[str, ...]  # full paths
+    salt: bytes = b""
+    iterations: int = 0
+    stored_key: bytes = b""
+    server_key: bytes = b""
+    unavailable: str = ""  # why there are no keys (e.g. the password's hash), or ""
 
 
 class UserLookup:
@@ -83,13 +108,62 @@ class UserLookup:
             groups=tuple(sorted(str(g["path"]) for g in groups)),
         )
 
+    # --- SCRAM keys (enmesh.auth.scram) -------------------------------------------------------
+
+    def scram_keys(self, username: str) -> ScramRecord | None:
+        """The user's SCRAM keys and state from the realm's enmesh-scram resource, or None
+        if Keycloak has no such user."""
+        status, body = self._authorized("GET", f"{self._scram_base}/{_q(username)}")
+        if status == 404 and body.strip() == NO_SUCH_USER:
+            return None
+        if status == 404:
+            raise AdminApiError(
+                f"Keycloak at {self.settings.url} has no {SCRAM_RESOURCE} resource "
+                "(enmesh's provider is not installed there)"
+            )
+        if status != 200:
+            raise AdminApiError(f"Keycloak's enmesh-scram resource answered HTTP {status}")
+        try:
+            answer = json.loads(body)
+            keys = answer.get("scram") or {}
+            return ScramRecord(
+                username=str(answer["username"]),
+                usable=bool(answer["usable"]),
+                groups=tuple(str(g) for g in answer["groups"]),
+                salt=base64.b64decode(keys.get("salt", "")),
+                iterations=int(keys.get("iterations", 0)),
+                stored_key=base64.b64decode(keys.get("storedKey", "")),
+                server_key=base64.b64decode(keys.get("serverKey", "")),
+                unavailable=str(answer.get("unavailable", "")),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AdminApiError(f"Keycloak's enmesh-scram answer is not usable: {exc}") from exc
+
+    def report_failure(self, username: str) -> None:
+        """A wrong SCRAM proof: Keycloak counts it towards its brute-force lockout."""
+        try:
+            self._authorized("POST", f"{self._scram_base}/{_q(username)}/failure")
+        except AdminApiError as exc:  # the login is refused either way
+            log.warning("could not report a failed SCRAM login of %r: %s", username, exc)
+
+    @property
+    def _scram_base(self) -> str:
+        return f"/realms/{_q(self.settings.realm)}/{SCRAM_RESOURCE}/users"
+
     # --- HTTP ------------------------------------------------------------------------------
 
-    def _get(self, path: str) -> Any:
-        status, body = self._request("GET", path, {"Authorization": f"Bearer {self._bearer()}"})
+    def _authorized(self, method: str, path: str) -> tuple[int, bytes]:
+        """A request with the service account's token, renewed once on 401."""
+        status, body = self._request(method, path, {"Authorization": f"Bearer {self._bearer()}"})
         if status == 401:  # revoked or expired early: one more try with a new token
             self._token = None
-            status, body = self._request("GET", path, {"Authorization": f"Bearer {self._bearer()}"})
+            status, body = self._request(
+                method, path, {"Authorization": f"Bearer {self._bearer()}"}
+            )
+        return status, body
+
+    def _get(self, path: str) -> Any:
+        status, body = self._authorized("GET", path)
         if status != 200:
             raise AdminApiError(f"Keycloak admin API answered HTTP {status} to GET {path}")
         try:

@@ -29,6 +29,14 @@ LOOKUP_ROLES = {"realm-management": ["view-users"]}
 # user profile does not declare). enmesh-auth reads only a space's own groups, so the
 # marker grants nothing.
 MANAGED = "enmesh-managed"
+# Passwords hashed so that enmesh-auth can serve SCRAM-SHA-256: a pbkdf2-sha256 hash holds
+# SCRAM's SaltedPassword (enmesh/deploy/keycloak_scram). Keycloak 26 hashes with argon2
+# by default, from which no SCRAM key can be had; a password stored before this policy is
+# hashed again at the user's next password (PLAIN) login. 27,500 iterations: Keycloak's
+# pbkdf2-sha256 count before 24, a few milliseconds for a client's SCRAM proof where its
+# 600,000 would cost every connecting client about a quarter of a second of CPU.
+HASH_ITERATIONS = 27_500
+PASSWORD_POLICY = f"hashAlgorithm(pbkdf2-sha256) and hashIterations({HASH_ITERATIONS})"
 
 
 def user_representation(
@@ -83,6 +91,7 @@ def realm_json(model: Model, passwords: Mapping[str, str], lookup_secret: str | 
         "realm": REALM,
         "enabled": True,
         "sslRequired": "all",
+        "passwordPolicy": PASSWORD_POLICY,
         "registrationAllowed": False,
         "groups": [
             {"name": MANAGED},

@@ -7,8 +7,10 @@ sasl-outcome. On success the router opens the AMQP connection, asking for the
 `authenticated-identity` ({"sub": ..., "preferred_username": ...}) and `address-authz`
 (address pattern -> array of "send"/"recv"). The router then closes this connection.
 
-Mechanisms: PLAIN only (see enmesh.auth.keycloak for why not SCRAM). Run it with TLS,
-as PLAIN carries the password.
+Mechanisms: PLAIN (the password checked by Keycloak, enmesh.auth.keycloak) and, with the
+service account that reads users' keys, SCRAM-SHA-256 (enmesh.auth.scram): its
+challenge and response pass through the router, and the server-final message rides in the
+outcome's additional-data. Run it with TLS, as PLAIN carries the password.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from enmesh.auth import frames
 from enmesh.auth.authz import address_authz
 from enmesh.auth.frames import Frame, FrameError, FrameReader
 from enmesh.auth.keycloak import Verdict
+from enmesh.auth.scram import MECHANISM as SCRAM
+from enmesh.auth.scram import ScramExchange, ScramRefusedError, ScramSource, decoy_key
 from enmesh.auth.verdicts import Check
 
 log = logging.getLogger("enmesh.auth")
-MECHANISMS = ("PLAIN",)
+PLAIN = "PLAIN"
 EXCHANGE_TIMEOUT_SECONDS = 30.0
 CONTAINER_ID = "enmesh-auth"
 
@@ -91,8 +95,10 @@ class _Peer:
 
 
 class AuthService:
-    def __init__(self, check: Check) -> None:
-        self.check = check
+    def __init__(self, check: Check, scram: ScramSource | None = None) -> None:
+        self.check, self.scram = check, scram
+        self.mechanisms = (SCRAM, PLAIN) if scram else (PLAIN,)
+        self._decoy_key = decoy_key()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = _Peer(reader, writer)
@@ -108,11 +114,21 @@ class AuthService:
 
     async def _exchange(self, peer: _Peer) -> None:
         await peer.expect(header=frames.SASL_HEADER)
-        mechanisms = frames.symbols(*MECHANISMS)
+        mechanisms = frames.symbols(*self.mechanisms)
         peer.send(frames.SASL_HEADER + _sasl(frames.SASL_MECHANISMS, [mechanisms]))
         init = await peer.expect(code=frames.SASL_INIT)
-        verdict = await self._verify(init)
-        peer.send(_sasl(frames.SASL_OUTCOME, [ubyte(verdict.code)]))
+        mechanism = str(init.field(0, ""))
+        if mechanism not in self.mechanisms:
+            verdict = _logged(
+                Verdict(frames.AUTH, reason=f"mechanism {mechanism!r} not offered"), ""
+            )
+            additional = b""
+        elif mechanism == SCRAM:
+            verdict, additional = await self._scram(peer, init)
+        else:
+            verdict, additional = await self._verify(init), b""
+        outcome: list[object] = [ubyte(verdict.code)] + ([additional] if additional else [])
+        peer.send(_sasl(frames.SASL_OUTCOME, outcome))
         await peer.writer.drain()
         if verdict.code != frames.OK:
             return
@@ -126,16 +142,36 @@ class AuthService:
             peer.send(frames.encode(frames.AMQP_FRAME, frames.CLOSE, []))
             await peer.writer.drain()
 
+    async def _scram(self, peer: _Peer, init: Frame) -> tuple[Verdict, bytes]:
+        """client-first in the init, our challenge, the client's final in a response; the
+        server-final goes back in the outcome."""
+        assert self.scram is not None
+        exchange = ScramExchange(self.scram, self._decoy_key)
+        try:
+            server_first = await asyncio.to_thread(exchange.first, _text(init.field(1)))
+        except ScramRefusedError as refused:
+            return _logged(refused.verdict, exchange.username), b""
+        peer.send(_sasl(frames.SASL_CHALLENGE, [server_first.encode()]))
+        response = await peer.expect(code=frames.SASL_RESPONSE)
+        verdict, server_final = await asyncio.to_thread(exchange.final, _text(response.field(0)))
+        return _logged(verdict, exchange.username), server_final.encode()
+
     async def _verify(self, init: Frame) -> Verdict:
-        mechanism = str(init.field(0, ""))
-        if mechanism not in MECHANISMS:
-            return _logged(Verdict(frames.AUTH, reason=f"mechanism {mechanism!r} not offered"), "")
         response = init.field(1) or b""
         plain = parse_plain(bytes(response))
         if plain.authzid and plain.authzid != plain.username:
             return _logged(Verdict(frames.AUTH, reason="authzid differs"), plain.username)
         verdict = await asyncio.to_thread(self.check.check, plain.username, plain.password)
         return _logged(verdict, plain.username)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, bytes | str):
+        raise ExchangeError("SCRAM message missing")
+    try:
+        return value if isinstance(value, str) else value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ExchangeError("SCRAM message is not UTF-8") from exc
 
 
 def _logged(verdict: Verdict, username: str) -> Verdict:

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from enmesh.auth.admin import KeycloakAdminError
-from enmesh.auth.realm import MANAGED, realm_json, space_groups, user_groups, user_representation
+from enmesh.auth.realm import (
+    MANAGED,
+    PASSWORD_POLICY,
+    realm_json,
+    space_groups,
+    user_groups,
+    user_representation,
+)
 from enmesh.compile.auth import sasl_identity
 from enmesh.compile.identity import REALM
 from enmesh.model import Model
@@ -177,13 +184,16 @@ def sync_realm(
     is never read back from Keycloak, so the caller keeps that record)."""
     result = SyncResult()
     try:
-        api.call("GET", f"/{REALM}")
+        current = api.call("GET", f"/{REALM}")
     except KeycloakAdminError as error:
         if error.status != NOT_FOUND:
             raise
         api.call("POST", "", json.loads(realm_json(model, passwords, lookup_secret)))
         result.imported = True
         return result
+    if current.get("passwordPolicy") != PASSWORD_POLICY:  # a realm made before SCRAM
+        api.call("PUT", f"/{REALM}", {"passwordPolicy": PASSWORD_POLICY})
+        result.changed.append("realm password policy")
     realm = _Realm(api, result)
     ids = realm.space_group_ids(space_groups(model))
     wanted = _wanted_users(model, passwords)

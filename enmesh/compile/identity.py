@@ -6,8 +6,8 @@ password against Keycloak and answers with the identity and the user's rights
 (`address-authz`, from the user's groups). Messaging users then live in Keycloak only: they
 are not in the routers' SASL database and the vhost policies name none of them (the rights
 come with each connection). The cleartext listener (amqp) keeps the routers' own database,
-which holds the stack's administrator alone: PLAIN, the one mechanism enmesh-auth offers,
-never travels without TLS.
+which holds the stack's administrator alone: a password enmesh-auth checks (PLAIN, or
+SCRAM-SHA-256 where Keycloak has enmesh's provider) never travels without TLS.
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ REALM = "enmesh"  # Keycloak's realm of the model (enmesh.auth.realm builds it)
 # Each space's rights as a vhost policy naming its users: what the routers would hold
 # without Keycloak, and what Keycloak's groups grant with it (enmesh.deploy.smoke).
 RIGHTS_DIR = "auth/rights"
-MECHANISMS = ["PLAIN"]  # what enmesh-auth offers (Keycloak exports no SCRAM secrets)
+# What the routers let clients choose from; enmesh-auth offers SCRAM-SHA-256 only where
+# enmesh's Keycloak provider serves the keys (the keycloak role's hosts), and the router
+# offers what both lists have.
+MECHANISMS = ["SCRAM-SHA-256", "PLAIN"]
 
 
 def uses_keycloak(layout: Layout) -> bool:

@@ -4,8 +4,10 @@
 It is fetched once into a cache directory and verified against the SHA-1 Maven Central
 publishes beside it; a CI machine's setup step can run `python -m
 enmesh.deploy.keycloak_dist` to fill the cache before tests run. `kc.sh build` then
-fixes the build-time options (database vendor, health endpoints) into the unpacked copy,
-so each set of options gets its own copy.
+fixes the build-time options (database vendor, health endpoints) and enmesh's own
+provider (enmesh/deploy/keycloak_scram: the SCRAM keys enmesh-auth asks for, compiled here
+against the distribution's jars) into the unpacked copy. The copy's name carries a digest
+of the provider's sources and the options, so a changed provider is a new copy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +32,8 @@ CACHE = Path(os.environ.get("ENMESH_KEYCLOAK_CACHE", "/var/cache/enmesh/keycloak
 MAVEN = "https://repo1.maven.org/maven2/org/keycloak/keycloak-quarkus-dist"
 BUILD_OPTIONS = ("--db=postgres", "--health-enabled=true")
 MIN_JAVA = 21  # Keycloak 26 needs Java 21 or newer
+PROVIDER_SOURCES = Path(__file__).with_name("keycloak_scram")
+PROVIDER_JAR = "enmesh-scram.jar"
 
 
 def archive_url(version: str = VERSION) -> str:
@@ -92,20 +97,32 @@ def java_home() -> Path:
     return best[1]
 
 
+def build_digest() -> str:
+    """What a built copy depends on besides the release: the options and the provider."""
+    digest = hashlib.sha256(" ".join(BUILD_OPTIONS).encode())
+    for source in sorted(p for p in PROVIDER_SOURCES.rglob("*") if p.is_file()):
+        digest.update(source.relative_to(PROVIDER_SOURCES).as_posix().encode() + b"\0")
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def installed(version: str = VERSION, cache: Path = CACHE) -> Path:
-    """An unpacked distribution with BUILD_OPTIONS built in (`kc.sh start --optimized`)."""
+    """An unpacked distribution with BUILD_OPTIONS and the provider built in (`kc.sh start
+    --optimized`). Copies built from older sources are removed."""
     with _locked(cache):
-        home = cache / f"keycloak-{version}-built"
+        home = cache / f"keycloak-{version}-{build_digest()}-built"
         if (home / ".built").exists():
             return home
         archive = _fetch(version, cache)
-        shutil.rmtree(home, ignore_errors=True)
+        for stale in cache.glob("keycloak-*-built"):
+            shutil.rmtree(stale, ignore_errors=True)
         staging = cache / f"unpack-{version}"
         shutil.rmtree(staging, ignore_errors=True)
         with tarfile.open(archive) as tar:
             tar.extractall(staging, filter="tar")
         (staging / f"keycloak-{version}").rename(home)
         staging.rmdir()
+        _build_provider(home)
         env = {**os.environ, "JAVA_HOME": str(java_home())}
         subprocess.run(
             [str(home / "bin" / "kc.sh"), "build", *BUILD_OPTIONS],
@@ -115,6 +132,33 @@ def installed(version: str = VERSION, cache: Path = CACHE) -> Path:
         )
         (home / ".built").write_text(" ".join(BUILD_OPTIONS) + "\n")
         return home
+
+
+def _build_provider(home: Path) -> None:
+    """Compile the provider against this distribution's own jars into providers/."""
+    javac, jar = (java_home() / "bin" / tool for tool in ("javac", "jar"))
+    if not javac.exists():
+        raise RuntimeError(f"{java_home()} has no javac: Keycloak's provider needs a JDK")
+    with tempfile.TemporaryDirectory(prefix="enmesh-keycloak-provider-") as tmp:
+        classes = Path(tmp)
+        sources = sorted(str(p) for p in PROVIDER_SOURCES.rglob("*.java"))
+        classpath = str(home / "lib" / "lib" / "main" / "*")
+        options = ["--release", str(MIN_JAVA), "-cp", classpath, "-d", str(classes)]
+        compiled = subprocess.run(
+            [str(javac), *options, *sources],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if compiled.returncode != 0:
+            raise RuntimeError(f"compiling {PROVIDER_SOURCES}: {compiled.stderr.strip()}")
+        shutil.copytree(PROVIDER_SOURCES / "META-INF", classes / "META-INF")
+        target = home / "providers" / PROVIDER_JAR
+        subprocess.run(
+            [str(jar), "--create", "--file", str(target), "-C", str(classes), "."],
+            check=True,
+            capture_output=True,
+        )
 
 
 def main() -> None:

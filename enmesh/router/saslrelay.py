@@ -179,6 +179,7 @@ class SaslRelay:
         self._mechanisms_sent = False
         self._offered: frozenset[str] = frozenset()  # what the client may choose from
         self._accepted = False  # the service said OK; waiting for its open
+        self._additional: object = None  # the service's outcome's additional-data
         self._held = b""  # client bytes after SASL, before we have answered it
 
     # --- the client's side ------------------------------------------------------------
@@ -239,8 +240,9 @@ class SaslRelay:
             self._service.close()
         self.fail(reason)
 
-    def _outcome(self, code: int) -> None:
-        self.send(frames.encode(frames.SASL_FRAME, frames.SASL_OUTCOME, [ubyte(code)]))
+    def _outcome(self, code: int, additional: object = None) -> None:
+        fields: list[object] = [ubyte(code)] + ([additional] if additional is not None else [])
+        self.send(frames.encode(frames.SASL_FRAME, frames.SASL_OUTCOME, fields))
 
     # --- the service's side -----------------------------------------------------------
 
@@ -275,6 +277,7 @@ class SaslRelay:
                 self.fail("authentication refused by the auth service")
                 return
             self._accepted = True
+            self._additional = item.field(1)  # SCRAM's server-final, for the client
             desired = frames.symbols("ADDRESS-AUTHZ")
             open_fields: list[Any] = ["enmesh-router", self.plugin.address()[0], None, None, None]
             open_fields += [None, None, None, desired, PRODUCT]
@@ -286,7 +289,7 @@ class SaslRelay:
             link.send(frames.encode(frames.AMQP_FRAME, frames.CLOSE, []))
             link.close()
             log.info("authenticated as %s", self.result.identity)
-            self._outcome(frames.OK)
+            self._outcome(frames.OK, self._additional)
             self.done = True
             held, self._held = self._client.rest() + self._held, b""
             if held:

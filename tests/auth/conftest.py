@@ -12,11 +12,15 @@ import re
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from proton import Message
+from proton.reactor import AtMostOnce
+from proton.utils import LinkDetached
 
 from enmesh.auth.realm import realm_json
 from enmesh.compile.identity import AUTH_COMPONENT
@@ -41,7 +45,7 @@ class AuthStack:
     router_port: int  # plain AMQP, authServicePlugin -> enmesh-auth
     dead_port: int  # a listener whose authServicePlugin points at nothing
     tls_port: int  # amqps, TLS terminated in Python in front of the relay
-    scram_only_port: int  # saslMechanisms the service does not offer: nothing to choose
+    scram_only_port: int  # saslMechanisms: SCRAM-SHA-256 (the listener allows it alone)
     router_log: Path
     auth_log: Path
 
@@ -80,10 +84,10 @@ def auth_service_process(
     service account; `serve_with`: its certificate and key, if not `pki`'s "auth"."""
     cert, key = serve_with or (pki.cert("auth"), pki.key("auth"))
     lookup: list[str] = []
-    if remember:
+    if remember:  # and SCRAM, whose keys the same service account reads
         secret_file = log.with_name("lookup-secret")
         secret_file.write_text(LOOKUP_SECRET)
-        lookup = ["--lookup-secret-file", str(secret_file)]
+        lookup = ["--lookup-secret-file", str(secret_file), "--scram"]
     process = subprocess.Popen(
         [
             sys.executable,
@@ -266,3 +270,36 @@ def compiled(
         mesh.stop()
         auth.terminate()
         auth.wait(10)
+
+
+def may(connection: Any, address: str, receive: bool) -> bool:
+    """Whether the connection may attach a receiver (or a sender) on `address`."""
+    try:
+        link = connection.create_receiver(address) if receive else connection.create_sender(address)
+    except LinkDetached as exc:
+        assert "unauthorized" in str(exc)
+        return False
+    link.close()
+    return True
+
+
+def check_shop_rights(login: Callable[[str, str], Any]) -> None:
+    """What the fixture model's groups give alice and bob of `shop`, through `login(user,
+    password)`: alice sends to and receives from orders but may not receive audit; bob
+    receives audit and orders and may not send to orders."""
+    alice = login("alice@shop", PASSWORDS["shop-alice"])
+    try:
+        receiver = alice.create_receiver("orders")
+        # Presettled: a blocking unsettled send would wait for an accept nobody sends yet.
+        alice.create_sender("orders", options=AtMostOnce()).send(Message(body="granted"))
+        assert receiver.receive(timeout=10).body == "granted"
+        assert not may(alice, "audit", receive=True)  # no recv_audit group
+    finally:
+        alice.close()
+    bob = login("bob@shop", PASSWORDS["shop-bob"])
+    try:
+        assert may(bob, "audit", receive=True)
+        assert may(bob, "orders", receive=True)
+        assert not may(bob, "orders", receive=False)  # recv only
+    finally:
+        bob.close()

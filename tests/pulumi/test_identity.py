@@ -39,7 +39,13 @@ def test_router_configs_point_at_the_auth_service() -> None:
     assert "host: local-auth.enmesh.svc.cluster.local" in plugin
     assert "port: 5671" in plugin
     amqps = next(b for b in re.findall(r"listener \{\n(.*?)\n\}", conf, re.S) if "amqps" in b)
-    assert "saslPlugin: enmesh-auth" in amqps and "saslMechanisms: PLAIN" in amqps
+    assert "saslPlugin: enmesh-auth" in amqps and "saslMechanisms: SCRAM-SHA-256 PLAIN" in amqps
+    # Keycloak's image here has no enmesh provider: enmesh-auth offers PLAIN alone, and the
+    # router offers what both lists have.
+    auth = _named(capture, "Deployment", "local-auth")
+    (container,) = auth["spec"]["template"]["spec"]["containers"]
+    assert "--scram" not in container["command"]
+    assert any(a.startswith("--lookup-secret-file=") for a in container["command"])
     service = _named(capture, "Service", "local-auth")
     assert [p["port"] for p in service["spec"]["ports"]] == [5671]
 

@@ -57,7 +57,8 @@ def test_keycloak_stack_routes_tls_logins_to_enmesh_auth(tmp_path: Path) -> None
         assert profile.ca_cert_file == tmp_path / "state" / "tls" / "ca.crt"
         amqps = _listener(config, "amqps")
         assert amqps.sasl_plugin == "enmesh-auth"
-        assert amqps.sasl_mechanisms == ("PLAIN",)  # the one mechanism enmesh-auth offers
+        # what clients may choose; enmesh-auth offers SCRAM only where Keycloak has the provider
+        assert amqps.sasl_mechanisms == ("SCRAM-SHA-256", "PLAIN")
         assert amqps.require_ssl and amqps.authenticate_peer
         amqp = _listener(config, "amqp")  # cleartext: the router's own SCRAM database
         assert not amqp.sasl_plugin

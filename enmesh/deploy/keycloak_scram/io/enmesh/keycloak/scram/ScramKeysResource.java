@@ -1,0 +1,175 @@
+package io.enmesh.keycloak.scram;
+
+import jakarta.ws.rs.GET;
+import jakarta.ws.rs.POST;
+import jakarta.ws.rs.Path;
+import jakarta.ws.rs.PathParam;
+import jakarta.ws.rs.Produces;
+import jakarta.ws.rs.core.MediaType;
+import jakarta.ws.rs.core.Response;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.security.GeneralSecurityException;
+import java.security.MessageDigest;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.Map;
+import java.util.Optional;
+import java.util.TreeMap;
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
+import org.keycloak.credential.CredentialModel;
+import org.keycloak.models.ClientModel;
+import org.keycloak.models.GroupModel;
+import org.keycloak.models.KeycloakSession;
+import org.keycloak.models.RealmModel;
+import org.keycloak.models.UserModel;
+import org.keycloak.models.credential.PasswordCredentialModel;
+import org.keycloak.services.managers.AppAuthManager;
+import org.keycloak.services.managers.AuthenticationManager;
+import org.keycloak.services.managers.BruteForceProtector;
+import org.keycloak.util.JsonSerialization;
+
+/**
+ * SCRAM-SHA-256 keys of a user's password, for enmesh-auth (RFC 5802, RFC 7677).
+ *
+ * <p>Keycloak's admin API never returns a password hash, so a SCRAM server outside Keycloak
+ * has nothing to check a proof against. A pbkdf2-sha256 hash is PBKDF2-HMAC-SHA256 of the
+ * password and salt; its first 32 bytes are exactly SCRAM's SaltedPassword for the same salt
+ * and iteration count (PBKDF2's first output block does not depend on the output length).
+ * This resource answers StoredKey and ServerKey derived from it, as a SCRAM server stores
+ * them; never the hash itself. Only the service account of the client enmesh-auth-lookup
+ * may ask, and it may also report a failed proof, which counts towards Keycloak's
+ * brute-force lockout as a wrong password in a login form does.
+ */
+public final class ScramKeysResource {
+    static final String LOOKUP_CLIENT = "enmesh-auth-lookup";
+    static final String SCRAM_HASH = "pbkdf2-sha256";
+    static final String NO_SUCH_USER = "{\"error\":\"no such user\"}";
+    private static final int SALTED_PASSWORD_BYTES = 32;
+
+    private final KeycloakSession session;
+
+    ScramKeysResource(KeycloakSession session) {
+        this.session = session;
+    }
+
+    @GET
+    @Path("users/{username}")
+    @Produces(MediaType.APPLICATION_JSON)
+    public Response keys(@PathParam("username") String username) throws IOException {
+        Optional<Response> refused = refusal();
+        if (refused.isPresent()) {
+            return refused.get();
+        }
+        RealmModel realm = session.getContext().getRealm();
+        UserModel user = session.users().getUserByUsername(realm, username);
+        if (user == null) {  // a body, so that enmesh-auth tells it from a missing resource
+            return Response.status(Response.Status.NOT_FOUND)
+                    .type(MediaType.APPLICATION_JSON)
+                    .entity(NO_SUCH_USER)
+                    .build();
+        }
+        Map<String, Object> answer = new TreeMap<>();
+        answer.put("username", user.getUsername());
+        answer.put("id", user.getId());
+        answer.put("usable", usable(realm, user));
+        answer.put("groups", user.getGroupsStream().map(ScramKeysResource::path).sorted().toList());
+        answer.putAll(scram(user));
+        return Response.ok(JsonSerialization.writeValueAsString(answer)).build();
+    }
+
+    @POST
+    @Path("users/{username}/failure")
+    public Response failure(@PathParam("username") String username) {
+        Optional<Response> refused = refusal();
+        if (refused.isPresent()) {
+            return refused.get();
+        }
+        RealmModel realm = session.getContext().getRealm();
+        UserModel user = session.users().getUserByUsername(realm, username);
+        if (user != null && realm.isBruteForceProtected()) {
+            session.getProvider(BruteForceProtector.class).failedLogin(
+                    realm, user, session.getContext().getConnection(), session.getContext().getUri());
+        }
+        return Response.noContent().build();
+    }
+
+    private Optional<Response> refusal() {
+        AuthenticationManager.AuthResult auth =
+                new AppAuthManager.BearerTokenAuthenticator(session).authenticate();
+        if (auth == null) {
+            return Optional.of(Response.status(Response.Status.UNAUTHORIZED).build());
+        }
+        ClientModel client = auth.client();
+        boolean lookup = client != null && LOOKUP_CLIENT.equals(client.getClientId());
+        if (!lookup || auth.user().getServiceAccountClientLink() == null) {
+            return Optional.of(Response.status(Response.Status.FORBIDDEN).build());
+        }
+        return Optional.empty();
+    }
+
+    private boolean usable(RealmModel realm, UserModel user) {
+        if (!user.isEnabled() || user.getRequiredActionsStream().findAny().isPresent()) {
+            return false;
+        }
+        if (!realm.isBruteForceProtected()) {
+            return true;
+        }
+        BruteForceProtector protector = session.getProvider(BruteForceProtector.class);
+        return !protector.isTemporarilyDisabled(session, realm, user)
+                && !protector.isPermanentlyLockedOut(session, realm, user);
+    }
+
+    private static String path(GroupModel group) {
+        String path = "/" + group.getName();
+        for (GroupModel parent = group.getParent(); parent != null; parent = parent.getParent()) {
+            path = "/" + parent.getName() + path;
+        }
+        return path;
+    }
+
+    /** {"scram": {salt, iterations, storedKey, serverKey, credential}} or {"unavailable": why}. */
+    private static Map<String, Object> scram(UserModel user) {
+        Optional<CredentialModel> stored = user.credentialManager()
+                .getStoredCredentialsByTypeStream(PasswordCredentialModel.TYPE)
+                .findFirst();
+        if (stored.isEmpty()) {
+            return Map.of("unavailable", "the user has no password");
+        }
+        PasswordCredentialModel password = PasswordCredentialModel.createFromCredentialModel(stored.get());
+        String algorithm = password.getPasswordCredentialData().getAlgorithm();
+        if (!SCRAM_HASH.equals(algorithm)) {
+            return Map.of("unavailable", "the password is hashed with " + algorithm + ", not " + SCRAM_HASH);
+        }
+        byte[] hash = Base64.getDecoder().decode(password.getPasswordSecretData().getValue());
+        if (hash.length < SALTED_PASSWORD_BYTES) {
+            return Map.of("unavailable", "the password hash is shorter than SHA-256's output");
+        }
+        byte[] salted = Arrays.copyOf(hash, SALTED_PASSWORD_BYTES);
+        try {
+            Map<String, Object> keys = new TreeMap<>();
+            keys.put("salt", base64(password.getPasswordSecretData().getSalt()));
+            keys.put("iterations", password.getPasswordCredentialData().getHashIterations());
+            keys.put("storedKey", base64(MessageDigest.getInstance("SHA-256").digest(hmac(salted, "Client Key"))));
+            keys.put("serverKey", base64(hmac(salted, "Server Key")));
+            keys.put("credential", stored.get().getId());
+            return Map.of("scram", keys);
+        } catch (GeneralSecurityException e) {
+            return Map.of("unavailable", "SHA-256 is not available: " + e.getMessage());
+        } finally {
+            Arrays.fill(salted, (byte) 0);
+            Arrays.fill(hash, (byte) 0);
+        }
+    }
+
+    private static byte[] hmac(byte[] key, String text) throws GeneralSecurityException {
+        Mac mac = Mac.getInstance("HmacSHA256");
+        mac.init(new SecretKeySpec(key, "HmacSHA256"));
+        return mac.doFinal(text.getBytes(StandardCharsets.US_ASCII));
+    }
+
+    private static String base64(byte[] bytes) {
+        return Base64.getEncoder().encodeToString(bytes);
+    }
+}
