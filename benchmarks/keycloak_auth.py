@@ -1,9 +1,11 @@
 """Keycloak in the authentication path: its start time and memory, and the rate and
 latency of authenticated connection set-up through enmesh-router -> enmesh-auth ->
-Keycloak (password grant). Target (issue 26): >= 200 authenticated connections/s per
-router. Three ways in, interleaved round by round (medians): enmesh-auth asking Keycloak
-for a password grant on every connection, enmesh-auth remembering logins (a grant once,
-then admin-API lookups; enmesh.auth.verdicts), and a router checking its own sasldb.
+Keycloak. Target (issue 26): >= 200 authenticated connections/s per router. Four ways
+in, interleaved round by round (medians): PLAIN with enmesh-auth asking Keycloak for a
+password grant on every connection; PLAIN with enmesh-auth remembering logins (a grant
+once, then admin-API lookups; enmesh.auth.verdicts); SCRAM-SHA-256 with the keys from
+Keycloak's enmesh-scram resource (enmesh.auth.scram); and a router checking its own
+sasldb (SCRAM-SHA-256).
 Writes benchmarks/results/keycloak_auth.json.
 
     .venv/bin/python benchmarks/keycloak_auth.py [--connections 60] [--parallel 8] [--rounds 3]
@@ -52,7 +54,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "keycloak_auth.json"
 TARGET_PER_S = 200
 
 
-def connect_once(port: int) -> float:
+def connect_once(port: int, mechanism: str = "PLAIN") -> float:
     started = time.monotonic()
     BlockingConnection(
         f"amqp://127.0.0.1:{port}",
@@ -60,10 +62,14 @@ def connect_once(port: int) -> float:
         user="alice@shop",
         password=PASSWORDS["shop-alice"],
         virtual_host="shop",
-        allowed_mechs="PLAIN",
+        allowed_mechs=mechanism,
         allow_insecure_mechs=True,
     ).close()
     return time.monotonic() - started
+
+
+def connect_scram(port: int) -> float:
+    return connect_once(port, "SCRAM-SHA-256")
 
 
 def rate(port: int, count: int, parallel: int, connect: Any = connect_once) -> dict[str, float]:
@@ -102,8 +108,9 @@ def sasldb_router() -> Iterator[Callable[[int], float]]:
 
 def keycloak_router(
     work: Path, keycloak: Keycloak, pki: Pki, remember: bool, processes: list[Any]
-) -> int:
-    """enmesh-auth (remembering logins or not) and a router in front of it; its port."""
+) -> tuple[int, int]:
+    """enmesh-auth (remembering logins and offering SCRAM, or not) and a router in front
+    of it; its PLAIN and its SCRAM-only listener's ports."""
     directory = work / ("remembering" if remember else "grant-each-time")
     directory.mkdir()
     auth, auth_port = auth_service_process(keycloak, pki, directory / "enmesh-auth.log", remember)
@@ -118,7 +125,9 @@ def keycloak_router(
         )
     wait_until(lambda: port_is_listening(ports[0]), 20, "the router")
     connect_once(ports[0])  # warm-up: Keycloak compiles its login path on first use
-    return ports[0]
+    if remember:
+        connect_scram(ports[3])
+    return ports[0], ports[3]
 
 
 def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -139,16 +148,19 @@ def main() -> None:
         rss_started = keycloak.rss_kib()
         realm = realm_json(load_model([MODEL]), PASSWORDS, LOOKUP_SECRET)
         keycloak.admin("POST", "", json.loads(realm))
-        ports = {
-            "grant_each_time": keycloak_router(work, keycloak, pki, False, processes),
-            "remembered": keycloak_router(work, keycloak, pki, True, processes),
-        }
+        grant_port, _ = keycloak_router(work, keycloak, pki, False, processes)
+        remembered_port, scram_port = keycloak_router(work, keycloak, pki, True, processes)
         with sasldb_router() as sasldb_connect:
             sasldb_connect(0)
+            variants: list[tuple[str, int, Callable[[int], float]]] = [
+                ("grant_each_time", grant_port, connect_once),
+                ("remembered", remembered_port, connect_once),
+                ("scram_keycloak", scram_port, connect_scram),
+                ("sasldb", 0, sasldb_connect),
+            ]
             runs: dict[str, dict[str, list[dict[str, float]]]] = {}
             for _ in range(args.rounds):  # interleaved: each variant once per round
-                for name, port in [*ports.items(), ("sasldb", 0)]:
-                    connect = sasldb_connect if name == "sasldb" else connect_once
+                for name, port, connect in variants:
                     variant = runs.setdefault(name, {"sequential": [], "concurrent": []})
                     variant["sequential"].append(rate(port, args.connections, 1, connect))
                     variant["concurrent"].append(

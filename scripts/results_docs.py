@@ -282,8 +282,9 @@ BENCHES = (
         "keycloak_auth.json", "Keycloak in the authentication path",
         f"{PY} benchmarks/keycloak_auth.py --connections 60 --rounds 3",
         "Keycloak's start and memory; authenticated connections through enmesh-router and "
-        "enmesh-auth, asking Keycloak for a password grant every time or remembering "
-        "logins (checked by admin-API lookups), and the same client against a router's "
+        "enmesh-auth: PLAIN with a Keycloak password grant every time or remembered "
+        "logins (checked by admin-API lookups), SCRAM-SHA-256 with the keys from "
+        "Keycloak's enmesh-scram resource, and the same client against a router's "
         "sasldb; interleaved rounds, medians (target: 200 connections/s per router; not "
         "met, see Identity and access).",
         _pairs(
@@ -296,6 +297,9 @@ BENCHES = (
             ("remembered logins, sequential", "remembered.sequential.per_s", "{}/s"),
             ("remembered logins, sequential p50", "remembered.sequential.p50_ms", "{} ms"),
             ("remembered logins, 8 in parallel", "remembered.concurrent.per_s", "{}/s"),
+            ("SCRAM via Keycloak, sequential", "scram_keycloak.sequential.per_s", "{}/s"),
+            ("SCRAM via Keycloak, sequential p50", "scram_keycloak.sequential.p50_ms", "{} ms"),
+            ("SCRAM via Keycloak, 8 in parallel", "scram_keycloak.concurrent.per_s", "{}/s"),
             ("sasldb, sequential", "sasldb.sequential.per_s", "{}/s"),
             ("sasldb, sequential p50", "sasldb.sequential.p50_ms", "{} ms"),
             ("sasldb, 8 in parallel", "sasldb.concurrent.per_s", "{}/s"),

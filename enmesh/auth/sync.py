@@ -46,6 +46,7 @@ class SyncResult:
     created: list[str] = field(default_factory=list)  # users and groups
     changed: list[str] = field(default_factory=list)  # users: groups or password
     removed: list[str] = field(default_factory=list)  # users and groups
+    skipped: list[str] = field(default_factory=list)  # model users made in Keycloak by hand
 
     @property
     def unchanged(self) -> bool:
@@ -201,8 +202,10 @@ def sync_realm(
     for identity, want in sorted(wanted.items()):
         if identity in managed:
             realm.align_user(managed[identity], want, ids[want.space], identity in reset)
-        elif realm.user(identity) is None:  # one made by hand of that name stays as it is
+        elif realm.user(identity) is None:
             realm.create_user(identity, want)
+        else:  # one made by hand of that name stays as it is, and the caller says so
+            result.skipped.append(identity)
     for user in managed.values():
         if user["username"] not in wanted:
             realm.call("DELETE", f"/users/{user['id']}")

@@ -42,7 +42,12 @@ from enmesh.control.plan import (
     router_plan,
 )
 from enmesh.control.target import Target
-from enmesh.deploy.keycloak_users import describe, sync_stack_users
+from enmesh.deploy.keycloak_users import (
+    SecretMissingError,
+    describe,
+    describe_skipped,
+    sync_stack_users,
+)
 from enmesh.deploy.sasldb import sasldb_users
 
 __all__ = ["ApplyRefused", "StackPlan", "apply_stack", "plan_stack"]
@@ -163,7 +168,14 @@ def _sync_keycloak(
             f"the routers and brokers are applied, Keycloak's users are not: {error}; "
             "run apply again once Keycloak answers"
         ) from None
+    except SecretMissingError as error:
+        raise ApplyIncomplete(
+            f"the routers and brokers are applied, Keycloak's users are not: {error}; "
+            "restore the secret and run apply again"
+        ) from None
     echo(f"Keycloak users: {describe(result)}")
+    if result.skipped:
+        echo(f"Keycloak users: warning: {describe_skipped(result)}")
     return True
 
 

@@ -27,12 +27,18 @@ ADMIN_USER = "admin"  # Keycloak's bootstrap administrator (the role creates it)
 RECORD = ".keycloak"  # `<secrets>/.keycloak.users.json`: digests of the passwords set
 
 
+class SecretMissingError(Exception):
+    """A secret the sync needs is not on the deployer: nothing was sent to Keycloak."""
+
+
 def _read(secrets_dir: Path, name: str, key: str) -> str:
     path = secrets_dir / name / key
     try:
         return path.read_text(encoding="utf-8").rstrip("\r\n")
     except OSError as error:
-        raise KeycloakAdminError(f"cannot read secret {path}: {error.strerror}") from None
+        raise SecretMissingError(
+            f"cannot read secret {path}: {error.strerror}; nothing was sent to Keycloak"
+        ) from None
 
 
 def sync_stack_users(
@@ -82,13 +88,25 @@ def describe(result: SyncResult) -> str:
     return "changed: " + "; ".join(parts)
 
 
+def describe_skipped(result: SyncResult) -> str:
+    """Users of the model that Keycloak already has, made there by hand: left alone."""
+    if not result.skipped:
+        return ""
+    return (
+        f"left alone, made in Keycloak by hand (their passwords and groups are Keycloak's, "
+        f"not the model's): {', '.join(result.skipped)}"
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         result = sync_stack_users(args.stack, args.secrets, args.ca, args.url)
-    except KeycloakAdminError as error:
+    except (KeycloakAdminError, SecretMissingError) as error:
         print(f"error: {error}", flush=True)
         return 1
     print(describe(result), flush=True)
+    if result.skipped:
+        print(f"warning: {describe_skipped(result)}", flush=True)
     return 0
 
 

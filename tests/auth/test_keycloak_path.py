@@ -25,6 +25,7 @@ from tests.auth.conftest import MODEL, PASSWORDS, AuthStack, CompiledStack, chec
 from tests.mqtt.conftest import Device, GatewayProcess
 from tests.support.apply_target import mesh_target, stack_file
 from tests.support.console import Http, serve_console
+from tests.support.keycloak import Keycloak
 from tests.support.mesh import wait_until
 
 SHOP_PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -365,6 +366,39 @@ def test_apply_on_a_keycloak_stack_manages_its_users_in_keycloak(compiled: Compi
     said.clear()
     apply_stack(stack_file(mesh), mesh_target(mesh, None), echo=said.append)
     assert "Keycloak users: unchanged" in said
+
+
+def test_apply_names_a_hand_made_user_it_leaves_alone(
+    compiled: CompiledStack, keycloak: Keycloak
+) -> None:
+    """A user of the model whom Keycloak already has, made there by hand, is left as it
+    is (its password and groups are Keycloak's), and apply says so."""
+    mesh = compiled.mesh
+    model = mesh.directory / "keycloak.model.yml"
+    original = model.read_text()
+    credential = {"type": "password", "value": "by-hand", "temporary": False}
+    user = {"username": "lena@shop", "enabled": True, "credentials": [credential]}
+    keycloak.admin("POST", "/enmesh/users", user)
+    said: list[str] = []
+    try:
+        model.write_text(original + GINA.replace("gina", "lena"))
+        apply_stack(stack_file(mesh), mesh_target(mesh, None), echo=said.append)
+        assert (
+            "Keycloak users: warning: left alone, made in Keycloak by hand (their passwords "
+            "and groups are Keycloak's, not the model's): lena@shop"
+        ) in said
+        # Keycloak's password, and none of the model's rights (no send_audit group)
+        url, options = mesh.url(0, tls=True), _tls_options(mesh.ca, "shop")
+        lena = BlockingConnection(url, user="lena@shop", password="by-hand", **options)
+        try:
+            assert not may(lena, "audit", receive=False)
+        finally:
+            lena.close()
+    finally:
+        model.write_text(original)
+        apply_stack(stack_file(mesh), mesh_target(mesh, None), echo=said.append)
+        (lena,) = keycloak.admin("GET", "/enmesh/users?exact=true&username=lena@shop")
+        keycloak.admin("DELETE", f"/enmesh/users/{lena['id']}")
 
 
 def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthStack) -> None:
