@@ -10,19 +10,12 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
+import tomllib
 from pathlib import Path
 
 ROOT = "enmesh-src"
 TOP_LEVEL_FILES = ("pyproject.toml", "README.md")
 PACKAGE_SUFFIXES = {".py", ".typed"}
-# Package data (pyproject's tool.setuptools.package-data): the engines' schemas, the
-# console's templates and static files, Chart.js among them (`make setup` fetches it).
-PACKAGE_DATA = (
-    "enmesh/compile/engines/*.json",
-    "enmesh/console/templates/*.html",
-    "enmesh/console/static/*",
-    "enmesh/console/static/vendor/*",
-)
 PACKAGES = ("enmesh", "spark/enmesh_spark")  # as pyproject.toml finds them
 
 
@@ -34,8 +27,18 @@ def _members(project: Path) -> list[Path]:
         for path in (project / package).rglob("*")
         if path.is_file() and path.suffix in PACKAGE_SUFFIXES and "__pycache__" not in path.parts
     ]
-    files += [path for pattern in PACKAGE_DATA for path in project.glob(pattern) if path.is_file()]
-    return sorted(set(files))
+    files += [path for pattern in package_data(project) for path in project.glob(pattern)]
+    return sorted({path for path in files if path.is_file()})
+
+
+def package_data(project: Path) -> list[str]:
+    """pyproject's tool.setuptools.package-data, as globs from the project's root: the
+    engines' schemas, the console's templates and static files (Chart.js among them, which
+    `make setup` fetches), the Keycloak provider's sources. One list, so the archive and
+    pip's build agree."""
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    data: dict[str, list[str]] = pyproject["tool"]["setuptools"]["package-data"]
+    return [f"{package}/{pattern}" for package, patterns in data.items() for pattern in patterns]
 
 
 def build_bundle(project: Path) -> bytes:

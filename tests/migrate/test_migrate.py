@@ -139,16 +139,8 @@ move_stored(*ends, timeout=120, progress=lambda line: print(line, flush=True))
 """
 
 
-def test_move_stored_killed_and_run_again_loses_nothing(
-    meshes: tuple[Mesh, Mesh], tmp_path: Path
-) -> None:
-    """SIGKILL the mover while its shovels run (part of 50,000 messages moved), run it
-    again: it removes the shovels still running and moves the rest; every message arrives."""
-    source, target = meshes
-    count = 50_000
-    bodies = [f"reading {i}" for i in range(count)]
-    fill(account(source, 0, "device@iot").options(), "readings", bodies)
-    wait_until(lambda: depth(source, "iot.readings") == count, 60, "stored on the source")
+def _mover(source: Mesh, target: Mesh, directory: Path) -> subprocess.Popen[str]:
+    """move-stored in its own process (MOVER), printing its progress lines."""
     src, dst = stack_end("source", source), stack_end("target", target)
     spec = {
         side: {
@@ -159,38 +151,98 @@ def test_move_stored_killed_and_run_again_loses_nothing(
         }
         for side, end in (("source", src), ("target", dst))
     }
-    (tmp_path / "ends.json").write_text(json.dumps(spec))
-    mover = subprocess.Popen(
-        [sys.executable, "-c", MOVER, str(tmp_path / "ends.json")],
+    (directory / "ends.json").write_text(json.dumps(spec))
+    return subprocess.Popen(
+        [sys.executable, "-c", MOVER, str(directory / "ends.json")],
         stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+def _until_partly_moved(mover: subprocess.Popen[str], count: int) -> None:
+    """Read the mover's progress until its shovels have moved some messages, not all."""
+    assert mover.stdout is not None
+    for line in mover.stdout:
+        left = re.match(r"  \d+ shovel\(s\) running, (\d+) message", line)
+        if left and 0 < int(left[1]) < count:
+            return
+    raise AssertionError(f"the mover ended before moving part of {count}: {mover.wait()}")
+
+
+def _assert_moved_once_or_more(target: Mesh, address: str, bodies: list[str], what: str) -> None:
+    got = receive_all(target, address, at_least=len(bodies))
+    received = [b for b in got if b in set(bodies)]
+    assert set(received) == set(bodies), f"every stored message reached the target ({what})"
+    # At-least-once: a message confirmed by the target but not yet acknowledged on the
+    # source when its shovel was stopped is moved again; never more than one prefetch.
+    duplicates = len(received) - len(bodies)
+    print(f"duplicates after {what}: {duplicates}")
+    assert 0 <= duplicates <= PREFETCH
+
+
+def test_move_stored_killed_and_run_again_loses_nothing(
+    meshes: tuple[Mesh, Mesh], tmp_path: Path
+) -> None:
+    """SIGKILL the mover while its shovels run (part of 50,000 messages moved), run it
+    again: it removes the shovels still running and moves the rest; every message arrives."""
+    source, target = meshes
+    count = 50_000
+    bodies = [f"reading {i}" for i in range(count)]
+    fill(account(source, 0, "device@iot").options(), "readings", bodies)
+    wait_until(lambda: depth(source, "iot.readings") == count, 60, "stored on the source")
+    mover = _mover(source, target, tmp_path)
     try:
-        assert mover.stdout is not None
-        for line in mover.stdout:  # killed once its shovels have moved some, not all
-            left = re.match(r"  \d+ shovel\(s\) running, (\d+) message", line)
-            if left and 0 < int(left[1]) < count:
-                break
+        _until_partly_moved(mover, count)
         mover.send_signal(signal.SIGKILL)
         print(f"killed with about {depth(source, 'iot.readings')} of {count} on the source")
     finally:
         mover.kill()
         mover.wait(timeout=30)
+    src, dst = stack_end("source", source), stack_end("target", target)
     moved = move_stored(src, dst, timeout=120, progress=print)
     assert {m.queue: m.source_after for m in moved}["iot.readings"] == 0
-    # r1..r3 are the plan test's readings, moved by an earlier test.
-    got = receive_all(target, "readings", at_least=count)
-    received = [b for b in got if b.startswith("reading ")]
-    assert set(received) == set(bodies), "every stored message reached the target"
-    # At-least-once: a message confirmed by the target but not yet acknowledged on the
-    # source when its shovel was stopped is moved again; never more than one prefetch.
-    duplicates = len(received) - count
-    print(f"duplicates after SIGKILL and resume: {duplicates}")
-    assert 0 <= duplicates <= PREFETCH
+    _assert_moved_once_or_more(target, "readings", bodies, "SIGKILL and resume")
     broker = source.extra["broker"]
     assert isinstance(broker, RabbitMQBroker)
     assert MIGRATE_USER not in broker.ctl("list_users").stdout
+
+
+def test_move_stored_through_a_target_broker_restart_loses_nothing(
+    meshes: tuple[Mesh, Mesh], tmp_path: Path
+) -> None:
+    """The target's broker host goes away in the middle of moving 30,000 messages and
+    comes back: the shovels reconnect, or move-stored stops with the reason and running
+    it again moves the rest. What the target confirmed before it went survives there
+    (the queues are durable, the messages persistent); every message arrives."""
+    source, target = meshes
+    count = 30_000
+    bodies = [f"event {i}" for i in range(count)]
+    fill(account(source, 0, "device@iot").options(), "events", bodies)
+    wait_until(lambda: depth(source, QUEUE) == count, 60, "stored on the source")
+    broker = target.extra["broker"]
+    assert isinstance(broker, RabbitMQBroker)
+    mover = _mover(source, target, tmp_path)
+    try:
+        _until_partly_moved(mover, count)
+        broker.restart()
+        print(f"target broker restarted; {depth(source, QUEUE)} of {count} on the source")
+        output, _ = mover.communicate(timeout=300)
+    finally:
+        mover.kill()
+    print(f"mover ended with {mover.returncode}: {output.strip().splitlines()[-1:]}")
+    if mover.returncode != 0:  # stopped with its reason; the same command resumes
+        assert "shovel" in output or "broker" in output, output[-2000:]
+        moved = move_stored(
+            stack_end("source", source), stack_end("target", target), timeout=180, progress=print
+        )
+        assert {m.queue: m.source_after for m in moved}[QUEUE] == 0
+    assert depth(source, QUEUE) == 0
+    wait_until(
+        lambda: broker_attached(target.routers[0].metrics()), 60, "the target router's broker link"
+    )
+    _assert_moved_once_or_more(target, "events", bodies, "a target broker restart")
 
 
 def receive_all(mesh: Mesh, address: str, at_least: int = 0) -> list[str]:
