@@ -341,6 +341,19 @@ class RabbitMQBroker:
             if epmd is not None:
                 _terminate(epmd, 10.0)
 
+    def power_off(self) -> None:
+        """SIGKILL the node and epmd at once, as a host losing power: no clean shutdown.
+        `start` brings it back with the same data."""
+        server, self._server = self._server, None
+        if server is not None:
+            _killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=15)
+        self._kill_leftovers()
+        epmd, self._epmd = self._epmd, None
+        if epmd is not None:
+            epmd.kill()
+            epmd.wait(timeout=15)
+
     def restart(self, timeout: float = START_TIMEOUT) -> None:
         """Stop and start again with the same ports, data, users and definitions."""
         self.stop()
