@@ -14,7 +14,6 @@ Target: < 500 ms. Results to benchmarks/results/console_render.json.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results_file import publish  # noqa: E402
 from enmesh.console.pagination import PAGE_SIZE  # noqa: E402
 from enmesh.model import load_model  # noqa: E402
 from tests.support.console import OPS, Http, serve_console  # noqa: E402
@@ -95,10 +95,7 @@ def main() -> int:
         "host": platform.node(),
         "python": platform.python_version(),
     }
-    print(json.dumps(result, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return publish(result, RESULTS)
 
 
 if __name__ == "__main__":

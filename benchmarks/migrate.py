@@ -13,7 +13,6 @@ left, as seen by move_stored's polling).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results_file import publish  # noqa: E402
 from enmesh.migrate.shovel import move_stored  # noqa: E402
 from tests.router.conftest import account  # noqa: E402
 from tests.support.fill import fill as store  # noqa: E402
@@ -78,10 +78,7 @@ def main() -> int:
         "host": platform.node(),
         "cpus": len(os.sched_getaffinity(0)),
     }
-    print(json.dumps(result, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return publish(result, RESULTS)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ benchmarks/results/migrate_switch.json (median and max per role, the issue's tar
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -30,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results_file import publish  # noqa: E402
 from enmesh.migrate.bridge import bridge  # noqa: E402
 from tests.support.mesh import wait_until  # noqa: E402
 from tests.support.migrate_ends import ca_key, side, source_and_target  # noqa: E402
@@ -84,10 +84,7 @@ def main() -> int:
         "host": platform.node(),
         "cpus": len(os.sched_getaffinity(0)),
     }
-    print(json.dumps(result, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return publish(result, RESULTS)
 
 
 if __name__ == "__main__":

@@ -279,6 +279,21 @@ BENCHES = (
         f"{PY} benchmarks/pipeline.py --rates 700 --devices 1000", "", _pipeline,
     ),
     Bench(
+        "migrate_whole.json", "A whole migration",
+        f"{PY} benchmarks/migrate_whole.py --count 100000",
+        "`enmesh migrate`'s steps between two stacks on this host (one router and one "
+        "RabbitMQ node each), the sample model with 100,000 stored 1 KB messages.",
+        _pairs(
+            ("stored messages moved", "messages", "{:,}"),
+            ("plan", "seconds.plan", "{} s"),
+            ("prepare (model and passwords, applied live)", "seconds.prepare", "{} s"),
+            ("bridge", "seconds.bridge", "{} s"),
+            ("move-stored", "seconds.move-stored", "{} s"),
+            ("finish's check", "seconds.finish (the source checked empty)", "{} s"),
+            ("total", "total_seconds", "{} s"),
+        ),
+    ),
+    Bench(
         "keycloak_auth.json", "Keycloak in the authentication path",
         f"{PY} benchmarks/keycloak_auth.py --connections 60 --rounds 3",
         "Keycloak's start and memory; authenticated connections through enmesh-router and "
