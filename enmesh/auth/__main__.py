@@ -12,6 +12,7 @@ from pathlib import Path
 
 from enmesh.auth.keycloak import KeycloakSettings, PasswordCheck
 from enmesh.auth.lookup import LOOKUP_CLIENT, UserLookup
+from enmesh.auth.scram import decoy_key
 from enmesh.auth.service import AuthService
 from enmesh.auth.verdicts import DEFAULT_MAX_AGE_SECONDS, RememberingCheck
 
@@ -80,7 +81,9 @@ def _service(args: argparse.Namespace) -> AuthService:
     secret = args.lookup_secret_file.read_text().strip()
     lookup = UserLookup(settings, args.lookup_client_id, secret)
     check = RememberingCheck(grant, lookup, max_age=args.remember_seconds)
-    return AuthService(check, lookup if args.scram else None)
+    if not args.scram:
+        return AuthService(check)
+    return AuthService(check, lookup, decoy_key(secret))
 
 
 async def _run(args: argparse.Namespace) -> None:

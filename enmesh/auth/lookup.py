@@ -113,7 +113,8 @@ class UserLookup:
     def scram_keys(self, username: str) -> ScramRecord | None:
         """The user's SCRAM keys and state from the realm's enmesh-scram resource, or None
         if Keycloak has no such user."""
-        status, body = self._authorized("GET", f"{self._scram_base}/{_q(username)}")
+        query = urllib.parse.urlencode({"username": username})
+        status, body = self._authorized("GET", f"{self._scram_base}/keys?{query}")
         if status == 404 and body.strip() == NO_SUCH_USER:
             return None
         if status == 404:
@@ -139,16 +140,23 @@ class UserLookup:
         except (ValueError, KeyError, TypeError) as exc:
             raise AdminApiError(f"Keycloak's enmesh-scram answer is not usable: {exc}") from exc
 
-    def report_failure(self, username: str) -> None:
-        """A wrong SCRAM proof: Keycloak counts it towards its brute-force lockout."""
+    def report(self, username: str, success: bool) -> None:
+        """A SCRAM proof's result, for Keycloak's brute-force detection (a success resets
+        the user's failure count, as a login form's does). The login is decided either
+        way: a report that does not arrive is logged."""
+        outcome = "success" if success else "failure"
+        query = urllib.parse.urlencode({"username": username})
         try:
-            self._authorized("POST", f"{self._scram_base}/{_q(username)}/failure")
-        except AdminApiError as exc:  # the login is refused either way
-            log.warning("could not report a failed SCRAM login of %r: %s", username, exc)
+            status, _ = self._authorized("POST", f"{self._scram_base}/{outcome}?{query}")
+        except AdminApiError as exc:
+            log.warning("could not report a SCRAM %s of %r: %s", outcome, username, exc)
+            return
+        if status != 204:
+            log.warning("Keycloak answered HTTP %d to a SCRAM %s of %r", status, outcome, username)
 
     @property
     def _scram_base(self) -> str:
-        return f"/realms/{_q(self.settings.realm)}/{SCRAM_RESOURCE}/users"
+        return f"/realms/{_q(self.settings.realm)}/{SCRAM_RESOURCE}"
 
     # --- HTTP ------------------------------------------------------------------------------
 

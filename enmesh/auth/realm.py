@@ -36,7 +36,16 @@ MANAGED = "enmesh-managed"
 # pbkdf2-sha256 count before 24, a few milliseconds for a client's SCRAM proof where its
 # 600,000 would cost every connecting client about a quarter of a second of CPU.
 HASH_ITERATIONS = 27_500
-PASSWORD_POLICY = f"hashAlgorithm(pbkdf2-sha256) and hashIterations({HASH_ITERATIONS})"
+HASHING = ("hashAlgorithm(pbkdf2-sha256)", f"hashIterations({HASH_ITERATIONS})")
+PASSWORD_POLICY = " and ".join(HASHING)
+
+
+def with_scram_hashing(policy: str) -> str:
+    """`policy` (Keycloak's "term(value) and term(value)" form) with its hashing terms
+    replaced by ours; an operator's other terms (length, notUsername, ...) stay."""
+    terms = [t.strip() for t in policy.split(" and ") if t.strip()]
+    kept = [t for t in terms if not t.startswith(("hashAlgorithm(", "hashIterations("))]
+    return " and ".join([*kept, *HASHING])
 
 
 def user_representation(

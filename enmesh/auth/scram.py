@@ -8,17 +8,23 @@ state (enabled, no required action, not locked out) and groups. Only enmesh-auth
 service account may read them (enmesh.auth.lookup). The exchange itself is scramp's, a
 SCRAM library kept for pg8000 and asyncpg's users, not ours.
 
-A client never learns whether a user exists, is disabled or has a password stored in
-another hash: each of those gets keys derived from a per-process secret instead, and the
-exchange fails at the proof as a wrong password does; enmesh-auth's log says why. A wrong
-proof is reported to Keycloak, which counts it towards its brute-force lockout.
+A client does not learn whether a user exists: a name Keycloak lacks (or whose password
+is stored in a hash that holds no SCRAM key) gets a decoy challenge, its salt derived from
+the name under a key derived from the service account's secret (so it stays the same
+across restarts, as a real salt does), and the exchange fails at the proof as a wrong
+password does. A user who exists but may not log in now (disabled, locked out, a required
+action) gets its real challenge and is refused after the proof, so locking a user out
+changes nothing a client sees. enmesh-auth's log says why. Each proof's result is reported
+to Keycloak (after the verdict, in the background, so the report's round trip does not
+time the answer), for its brute-force detection.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-import os
+import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from scramp import ScramException, ScramMechanism  # type: ignore[import-untyped]
@@ -35,7 +41,12 @@ MECHANISM = "SCRAM-SHA-256"
 class ScramSource(Protocol):
     def scram_keys(self, username: str) -> ScramRecord | None: ...
 
-    def report_failure(self, username: str) -> None: ...
+    def report(self, username: str, success: bool) -> None: ...
+
+
+def _in_background(report: Callable[[], None]) -> None:
+    """The verdict does not wait for Keycloak's answer to a report."""
+    threading.Thread(target=report, daemon=True, name="scram-report").start()
 
 
 class ScramRefusedError(Exception):
@@ -51,8 +62,14 @@ class ScramExchange:
     (client-final -> verdict and server-final). Both may block on Keycloak: run them in a
     thread."""
 
-    def __init__(self, source: ScramSource, decoy_key: bytes) -> None:
-        self.source, self.decoy_key = source, decoy_key
+    def __init__(
+        self,
+        source: ScramSource,
+        decoy_key: bytes,
+        run: Callable[[Callable[[], None]], None] = _in_background,
+    ) -> None:
+        """`run` runs a report to Keycloak (in a thread of its own unless told otherwise)."""
+        self.source, self.decoy_key, self._run = source, decoy_key, run
         self.username = ""
         self._record: ScramRecord | None = None
         self._refusal = ""  # why the keys are a decoy, for the log
@@ -71,16 +88,21 @@ class ScramExchange:
         return str(self._server.get_server_first())
 
     def final(self, client_final: str) -> tuple[Verdict, str]:
+        record = self._record
         try:
             self._server.set_client_final(client_final)
         except ScramException as exc:
-            if self._record is not None and not self._refusal:
-                self.source.report_failure(self.username)
+            if record is not None and not record.unavailable:  # a guess at a real password
+                self._report(success=False)
             return Verdict(AUTH, reason=self._refusal or f"SCRAM: {exc}"), ""
-        record = self._record
         if record is None or self._refusal:
             return Verdict(AUTH, reason=self._refusal or "no such user"), ""
+        self._report(success=True)
         return Verdict(OK, record.username, record.groups), str(self._server.get_server_final())
+
+    def _report(self, success: bool) -> None:
+        username, source = self.username, self.source
+        self._run(lambda: source.report(username, success))
 
     def _keys(self, username: str) -> tuple[bytes, bytes, bytes, int]:
         """scramp's auth_fn: the user's keys, or a decoy for a user that cannot log in."""
@@ -89,11 +111,11 @@ class ScramExchange:
         self._record = record
         if record is None:
             self._refusal = "no such user"
-        elif not record.usable:
-            self._refusal = "user disabled, locked out or with a required action"
         elif record.unavailable:
             self._refusal = f"no SCRAM keys: {record.unavailable}"
         else:
+            if not record.usable:  # refused after the proof: its challenge is its own
+                self._refusal = "user disabled, locked out or with a required action"
             return record.salt, record.stored_key, record.server_key, record.iterations
         return self._decoy(username)
 
@@ -104,6 +126,8 @@ class ScramExchange:
         return derived("salt")[:16], derived("stored"), derived("server"), HASH_ITERATIONS
 
 
-def decoy_key() -> bytes:
-    """Made at start, held in memory: a username's decoy salt stays the same meanwhile."""
-    return os.urandom(32)
+def decoy_key(secret: str) -> bytes:
+    """The key decoy salts are derived under, from the service account's secret: the same
+    across restarts of enmesh-auth (a real user's salt does not change either), and
+    unknown to clients."""
+    return hmac.new(secret.encode("utf-8"), b"enmesh-auth SCRAM decoys", "sha256").digest()

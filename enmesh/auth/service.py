@@ -29,7 +29,7 @@ from enmesh.auth.authz import address_authz
 from enmesh.auth.frames import Frame, FrameError, FrameReader
 from enmesh.auth.keycloak import Verdict
 from enmesh.auth.scram import MECHANISM as SCRAM
-from enmesh.auth.scram import ScramExchange, ScramRefusedError, ScramSource, decoy_key
+from enmesh.auth.scram import ScramExchange, ScramRefusedError, ScramSource
 from enmesh.auth.verdicts import Check
 
 log = logging.getLogger("enmesh.auth")
@@ -95,10 +95,14 @@ class _Peer:
 
 
 class AuthService:
-    def __init__(self, check: Check, scram: ScramSource | None = None) -> None:
+    def __init__(
+        self, check: Check, scram: ScramSource | None = None, decoy_key: bytes = b""
+    ) -> None:
+        """`scram`: where users' SCRAM keys come from (SCRAM-SHA-256 is offered with it);
+        `decoy_key`: what decoy challenges are derived under (enmesh.auth.scram)."""
         self.check, self.scram = check, scram
         self.mechanisms = (SCRAM, PLAIN) if scram else (PLAIN,)
-        self._decoy_key = decoy_key()
+        self._decoy_key = decoy_key
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = _Peer(reader, writer)

@@ -23,11 +23,11 @@ from typing import Any, Protocol
 from enmesh.auth.admin import KeycloakAdminError
 from enmesh.auth.realm import (
     MANAGED,
-    PASSWORD_POLICY,
     realm_json,
     space_groups,
     user_groups,
     user_representation,
+    with_scram_hashing,
 )
 from enmesh.compile.auth import sasl_identity
 from enmesh.compile.identity import REALM
@@ -192,8 +192,9 @@ def sync_realm(
         api.call("POST", "", json.loads(realm_json(model, passwords, lookup_secret)))
         result.imported = True
         return result
-    if current.get("passwordPolicy") != PASSWORD_POLICY:  # a realm made before SCRAM
-        api.call("PUT", f"/{REALM}", {"passwordPolicy": PASSWORD_POLICY})
+    policy = with_scram_hashing(str(current.get("passwordPolicy") or ""))
+    if current.get("passwordPolicy") != policy:  # a realm made before SCRAM, or changed since
+        api.call("PUT", f"/{REALM}", {"passwordPolicy": policy})
         result.changed.append("realm password policy")
     realm = _Realm(api, result)
     ids = realm.space_group_ids(space_groups(model))

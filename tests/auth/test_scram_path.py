@@ -110,7 +110,8 @@ def test_scram_follows_keycloak_user_changes(stack: AuthStack) -> None:
 
 
 def _keys(stack: AuthStack, user: str, token: str | None) -> tuple[int, dict[str, Any]]:
-    url = f"{stack.keycloak.url}/realms/enmesh/enmesh-scram/users/{urllib.parse.quote(user)}"
+    query = urllib.parse.urlencode({"username": user})
+    url = f"{stack.keycloak.url}/realms/enmesh/enmesh-scram/keys?{query}"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     context = ssl.create_default_context(cafile=str(stack.pki.ca_cert))
     try:
@@ -144,6 +145,15 @@ def test_only_enmesh_auths_account_reads_scram_keys_and_never_a_hash(stack: Auth
         },
     )
     assert _keys(stack, "alice@shop", alices)[0] == 403  # a user's own token: no
+    other = {"clientId": "other-service", "secret": "other-secret", "publicClient": False,
+             "serviceAccountsEnabled": True, "standardFlowEnabled": False}  # fmt: skip
+    stack.keycloak.admin("POST", "/enmesh/clients", other)
+    another = _token(
+        stack,
+        {"grant_type": "client_credentials", "client_id": "other-service",
+         "client_secret": "other-secret"},
+    )  # fmt: skip
+    assert _keys(stack, "alice@shop", another)[0] == 403  # another service account: no
 
     lookup = _token(
         stack,
@@ -172,20 +182,28 @@ def test_only_enmesh_auths_account_reads_scram_keys_and_never_a_hash(stack: Auth
         "/shop/send_orders",
     ]
     assert _keys(stack, "nobody@shop", lookup)[0] == 404
+    assert _keys(stack, "../a/b", lookup)[0] == 404  # a name, never a path
 
 
 def test_wrong_scram_proofs_count_towards_keycloaks_lockout(stack: AuthStack) -> None:
+    """With the realm's brute-force detection on (Keycloak's default is off): a right
+    proof clears the failures before it, as a login form's does; three wrong ones in a row
+    lock the user out, and then the right password is refused too."""
     keycloak = stack.keycloak
     _user(stack, "judy@shop", "judy-secret", "send_orders")
-    lockout = {
-        "bruteForceProtected": True,
-        "failureFactor": 3,
-        "waitIncrementSeconds": 300,
-        "maxFailureWaitSeconds": 300,
-        "quickLoginCheckMilliSeconds": 1,
-    }
+    lockout = {"bruteForceProtected": True, "failureFactor": 3, "waitIncrementSeconds": 300,
+               "maxFailureWaitSeconds": 300, "quickLoginCheckMilliSeconds": 1}  # fmt: skip
     keycloak.admin("PUT", "/enmesh", lockout)
     try:
+        for _ in range(2):
+            assert "unauthorized" in refused(stack, "judy@shop", "a-guess")
+        scram(stack, "judy@shop", "judy-secret").close()  # reported: the count starts again
+        for _ in range(2):
+            assert "unauthorized" in refused(stack, "judy@shop", "a-guess")
+        wait_until(  # the reports travel in the background
+            lambda: _failures(stack, "judy@shop") == 2, 20, "Keycloak to count two failures"
+        )
+        scram(stack, "judy@shop", "judy-secret").close()  # 2 failures since the success
         for _ in range(3):
             assert "unauthorized" in refused(stack, "judy@shop", "a-guess")
         wait_until(
@@ -196,6 +214,16 @@ def test_wrong_scram_proofs_count_towards_keycloaks_lockout(stack: AuthStack) ->
         assert "refused 'judy@shop': user disabled, locked out" in stack.auth_log.read_text()
     finally:
         keycloak.admin("PUT", "/enmesh", {"bruteForceProtected": False})
+
+
+def _failures(stack: AuthStack, username: str) -> int:
+    """Keycloak's count of a user's login failures (its attack-detection API)."""
+    (user,) = stack.keycloak.admin("GET", f"/enmesh/users?exact=true&username={username}")
+    return int(
+        stack.keycloak.admin("GET", f"/enmesh/attack-detection/brute-force/users/{user['id']}")[
+            "numFailures"
+        ]
+    )
 
 
 def test_a_realm_from_before_scram_gets_its_policy_and_users_their_keys_at_next_login(

@@ -5,6 +5,7 @@ import jakarta.ws.rs.POST;
 import jakarta.ws.rs.Path;
 import jakarta.ws.rs.PathParam;
 import jakarta.ws.rs.Produces;
+import jakarta.ws.rs.QueryParam;
 import jakarta.ws.rs.core.MediaType;
 import jakarta.ws.rs.core.Response;
 import java.io.IOException;
@@ -20,11 +21,11 @@ import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
 import org.keycloak.credential.CredentialModel;
 import org.keycloak.models.ClientModel;
-import org.keycloak.models.GroupModel;
 import org.keycloak.models.KeycloakSession;
 import org.keycloak.models.RealmModel;
 import org.keycloak.models.UserModel;
 import org.keycloak.models.credential.PasswordCredentialModel;
+import org.keycloak.models.utils.ModelToRepresentation;
 import org.keycloak.services.managers.AppAuthManager;
 import org.keycloak.services.managers.AuthenticationManager;
 import org.keycloak.services.managers.BruteForceProtector;
@@ -39,8 +40,9 @@ import org.keycloak.util.JsonSerialization;
  * and iteration count (PBKDF2's first output block does not depend on the output length).
  * This resource answers StoredKey and ServerKey derived from it, as a SCRAM server stores
  * them; never the hash itself. Only the service account of the client enmesh-auth-lookup
- * may ask, and it may also report a failed proof, which counts towards Keycloak's
- * brute-force lockout as a wrong password in a login form does.
+ * may ask, and it reports each proof's result, which Keycloak's brute-force detection (when
+ * the realm has it on) counts as it counts a login form's. The username is a query
+ * parameter: a name such as "a/b" or ".." stays a name, not a path.
  */
 public final class ScramKeysResource {
     static final String LOOKUP_CLIENT = "enmesh-auth-lookup";
@@ -55,15 +57,15 @@ public final class ScramKeysResource {
     }
 
     @GET
-    @Path("users/{username}")
+    @Path("keys")
     @Produces(MediaType.APPLICATION_JSON)
-    public Response keys(@PathParam("username") String username) throws IOException {
+    public Response keys(@QueryParam("username") String username) throws IOException {
         Optional<Response> refused = refusal();
         if (refused.isPresent()) {
             return refused.get();
         }
         RealmModel realm = session.getContext().getRealm();
-        UserModel user = session.users().getUserByUsername(realm, username);
+        UserModel user = username == null ? null : session.users().getUserByUsername(realm, username);
         if (user == null) {  // a body, so that enmesh-auth tells it from a missing resource
             return Response.status(Response.Status.NOT_FOUND)
                     .type(MediaType.APPLICATION_JSON)
@@ -74,23 +76,30 @@ public final class ScramKeysResource {
         answer.put("username", user.getUsername());
         answer.put("id", user.getId());
         answer.put("usable", usable(realm, user));
-        answer.put("groups", user.getGroupsStream().map(ScramKeysResource::path).sorted().toList());
+        answer.put("groups", user.getGroupsStream().map(ModelToRepresentation::buildGroupPath).sorted().toList());
         answer.putAll(scram(user));
-        return Response.ok(JsonSerialization.writeValueAsString(answer)).build();
+        return Response.ok(JsonSerialization.writeValueAsString(answer))
+                .header("Cache-Control", "no-store")
+                .build();
     }
 
+    /** A proof's result, for Keycloak's brute-force detection: failure or success. */
     @POST
-    @Path("users/{username}/failure")
-    public Response failure(@PathParam("username") String username) {
+    @Path("{outcome: failure|success}")
+    public Response outcome(@PathParam("outcome") String outcome, @QueryParam("username") String username) {
         Optional<Response> refused = refusal();
         if (refused.isPresent()) {
             return refused.get();
         }
         RealmModel realm = session.getContext().getRealm();
-        UserModel user = session.users().getUserByUsername(realm, username);
+        UserModel user = username == null ? null : session.users().getUserByUsername(realm, username);
         if (user != null && realm.isBruteForceProtected()) {
-            session.getProvider(BruteForceProtector.class).failedLogin(
-                    realm, user, session.getContext().getConnection(), session.getContext().getUri());
+            BruteForceProtector protector = session.getProvider(BruteForceProtector.class);
+            if ("failure".equals(outcome)) {
+                protector.failedLogin(realm, user, session.getContext().getConnection(), session.getContext().getUri());
+            } else {
+                protector.successfulLogin(realm, user, session.getContext().getConnection(), session.getContext().getUri());
+            }
         }
         return Response.noContent().build();
     }
@@ -101,9 +110,12 @@ public final class ScramKeysResource {
         if (auth == null) {
             return Optional.of(Response.status(Response.Status.UNAUTHORIZED).build());
         }
+        // The token of enmesh-auth-lookup's own service account, and no other: a token whose
+        // client is the lookup client but whose user is someone else (token exchange, say)
+        // is refused too.
         ClientModel client = auth.client();
         boolean lookup = client != null && LOOKUP_CLIENT.equals(client.getClientId());
-        if (!lookup || auth.user().getServiceAccountClientLink() == null) {
+        if (!lookup || !client.getId().equals(auth.user().getServiceAccountClientLink())) {
             return Optional.of(Response.status(Response.Status.FORBIDDEN).build());
         }
         return Optional.empty();
@@ -119,14 +131,6 @@ public final class ScramKeysResource {
         BruteForceProtector protector = session.getProvider(BruteForceProtector.class);
         return !protector.isTemporarilyDisabled(session, realm, user)
                 && !protector.isPermanentlyLockedOut(session, realm, user);
-    }
-
-    private static String path(GroupModel group) {
-        String path = "/" + group.getName();
-        for (GroupModel parent = group.getParent(); parent != null; parent = parent.getParent()) {
-            path = "/" + parent.getName() + path;
-        }
-        return path;
     }
 
     /** {"scram": {salt, iterations, storedKey, serverKey, credential}} or {"unavailable": why}. */
