@@ -49,9 +49,13 @@ class KeycloakSettings:
     timeout: float = 10.0
 
     @property
+    def realm_path(self) -> str:
+        """`/realms/<realm>`, quoted: the root of the realm's endpoints."""
+        return f"/realms/{urllib.parse.quote(self.realm, safe='')}"
+
+    @property
     def token_endpoint(self) -> str:
-        realm = urllib.parse.quote(self.realm, safe="")
-        return f"{self.url.rstrip('/')}/realms/{realm}/protocol/openid-connect/token"
+        return f"{self.url.rstrip('/')}{self.realm_path}/protocol/openid-connect/token"
 
 
 class PasswordCheck:

@@ -38,10 +38,6 @@ NO_SUCH_USER = b'{"error":"no such user"}'  # its answer (404) for a user Keyclo
 TOKEN_MARGIN_SECONDS = 30.0  # a token this close to expiry is renewed first
 
 
-def _q(text: str) -> str:
-    return urllib.parse.quote(text, safe="")
-
-
 class AdminApiError(Exception):
     """Keycloak's admin API could not answer; the caller falls back to a password grant."""
 
@@ -84,7 +80,7 @@ class UserLookup:
 
     def state(self, username: str) -> UserState | None:
         """The user's state now, or None if Keycloak has no such user."""
-        realm = f"/admin/realms/{urllib.parse.quote(self.settings.realm, safe='')}"
+        realm = f"/admin{self.settings.realm_path}"
         query = urllib.parse.urlencode(
             {"username": username, "exact": "true", "briefRepresentation": "false"}
         )
@@ -156,7 +152,7 @@ class UserLookup:
 
     @property
     def _scram_base(self) -> str:
-        return f"/realms/{_q(self.settings.realm)}/{SCRAM_RESOURCE}"
+        return f"{self.settings.realm_path}/{SCRAM_RESOURCE}"
 
     # --- HTTP ------------------------------------------------------------------------------
 
@@ -183,7 +179,6 @@ class UserLookup:
         with self._token_lock:
             if self._token is not None and time.monotonic() < self._token[1]:
                 return self._token[0]
-            realm = urllib.parse.quote(self.settings.realm, safe="")
             form = urllib.parse.urlencode(
                 {
                     "grant_type": "client_credentials",
@@ -193,7 +188,7 @@ class UserLookup:
             )
             status, body = self._request(
                 "POST",
-                f"/realms/{realm}/protocol/openid-connect/token",
+                f"{self.settings.realm_path}/protocol/openid-connect/token",
                 {"Content-Type": "application/x-www-form-urlencoded"},
                 form.encode(),
             )

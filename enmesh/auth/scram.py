@@ -22,7 +22,6 @@ time the answer), for its brute-force detection.
 from __future__ import annotations
 
 import hmac
-import logging
 import threading
 from collections.abc import Callable
 from typing import Protocol
@@ -34,8 +33,8 @@ from enmesh.auth.keycloak import Verdict
 from enmesh.auth.lookup import AdminApiError, ScramRecord
 from enmesh.auth.realm import HASH_ITERATIONS
 
-log = logging.getLogger("enmesh.auth")
 MECHANISM = "SCRAM-SHA-256"
+_SCRAM_SHA_256 = ScramMechanism(MECHANISM)  # stateless: one for every exchange
 
 
 class ScramSource(Protocol):
@@ -72,8 +71,8 @@ class ScramExchange:
         self.source, self.decoy_key, self._run = source, decoy_key, run
         self.username = ""
         self._record: ScramRecord | None = None
-        self._refusal = ""  # why the keys are a decoy, for the log
-        self._server = ScramMechanism(MECHANISM).make_server(self._keys)
+        self._refusal = ""  # why the login is refused whatever the proof, for the log
+        self._server = _SCRAM_SHA_256.make_server(self._keys)
 
     def first(self, client_first: str) -> str:
         """scramp refuses an authzid (acting as another user), as PLAIN here refuses one
@@ -95,8 +94,8 @@ class ScramExchange:
             if record is not None and not record.unavailable:  # a guess at a real password
                 self._report(success=False)
             return Verdict(AUTH, reason=self._refusal or f"SCRAM: {exc}"), ""
-        if record is None or self._refusal:
-            return Verdict(AUTH, reason=self._refusal or "no such user"), ""
+        if record is None or self._refusal:  # no record: _refusal says so
+            return Verdict(AUTH, reason=self._refusal), ""
         self._report(success=True)
         return Verdict(OK, record.username, record.groups), str(self._server.get_server_final())
 

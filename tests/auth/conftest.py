@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import Message
+from proton import Message, SSLDomain
 from proton.reactor import AtMostOnce
-from proton.utils import LinkDetached
+from proton.utils import BlockingConnection, LinkDetached
 
 from enmesh.auth.realm import realm_json
 from enmesh.compile.identity import AUTH_COMPONENT
@@ -303,3 +303,46 @@ def check_shop_rights(login: Callable[[str, str], Any]) -> None:
         assert not may(bob, "orders", receive=False)  # recv only
     finally:
         bob.close()
+
+
+def tls_options(ca: Path, vhost: str) -> dict[str, Any]:
+    """A blocking client's options for a router's amqps listener: TLS checked against
+    `ca` and the host name, SASL PLAIN."""
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(ca))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+    return {
+        "timeout": 20,
+        "virtual_host": vhost,
+        "allowed_mechs": "PLAIN",
+        "ssl_domain": domain,
+        "sasl_enabled": True,
+    }
+
+
+def new_user(stack: AuthStack, name: str, password: str, *groups: str) -> dict[str, Any]:
+    """A user created in Keycloak only, in `groups` (subgroups of /shop)."""
+    keycloak = stack.keycloak
+    (shop,) = keycloak.admin("GET", "/enmesh/groups?exact=true&search=shop")
+    sub = {
+        g["name"]: g["id"] for g in keycloak.admin("GET", f"/enmesh/groups/{shop['id']}/children")
+    }
+    credential = {"type": "password", "value": password, "temporary": False}
+    body = {"username": name, "enabled": True, "credentials": [credential]}
+    keycloak.admin("POST", "/enmesh/users", body)
+    (user,) = keycloak.admin("GET", f"/enmesh/users?exact=true&username={name}")
+    for group in groups:
+        keycloak.admin("PUT", f"/enmesh/users/{user['id']}/groups/{sub[group]}")
+    return {**user, "group_ids": sub}
+
+
+def connect(stack: AuthStack, user: str, password: str, vhost: str, port: int = 0) -> Any:
+    return BlockingConnection(
+        f"amqp://127.0.0.1:{port or stack.router_port}",
+        timeout=20,
+        user=user,
+        password=password,
+        virtual_host=vhost,
+        allowed_mechs="PLAIN",
+        allow_insecure_mechs=True,  # plain AMQP on loopback: the test's own machine
+    )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import ConnectionException, Message, SSLDomain, symbol
+from proton import ConnectionException, Message, symbol
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection
 
@@ -21,7 +21,17 @@ from enmesh.auth.sync import sync_realm
 from enmesh.control.apply import apply_stack
 from enmesh.control.management import Administrator, session
 from enmesh.model import Model, load_model
-from tests.auth.conftest import MODEL, PASSWORDS, AuthStack, CompiledStack, check_shop_rights, may
+from tests.auth.conftest import (
+    MODEL,
+    PASSWORDS,
+    AuthStack,
+    CompiledStack,
+    check_shop_rights,
+    connect,
+    may,
+    new_user,
+    tls_options,
+)
 from tests.mqtt.conftest import Device, GatewayProcess
 from tests.support.apply_target import mesh_target, stack_file
 from tests.support.console import Http, serve_console
@@ -31,35 +41,10 @@ from tests.support.mesh import wait_until
 SHOP_PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
 
 
-def connect(stack: AuthStack, user: str, password: str, vhost: str, port: int = 0) -> Any:
-    return BlockingConnection(
-        f"amqp://127.0.0.1:{port or stack.router_port}",
-        timeout=20,
-        user=user,
-        password=password,
-        virtual_host=vhost,
-        allowed_mechs="PLAIN",
-        allow_insecure_mechs=True,  # plain AMQP on loopback: the test's own machine
-    )
-
-
 def refusal(stack: AuthStack, user: str, password: str, vhost: str, port: int = 0) -> str:
     with pytest.raises(ConnectionException) as refused:
         connect(stack, user, password, vhost, port).close()
     return str(refused.value)
-
-
-def _tls_options(ca: Path, vhost: str) -> dict[str, Any]:
-    domain = SSLDomain(SSLDomain.MODE_CLIENT)
-    domain.set_trusted_ca_db(str(ca))
-    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
-    return {
-        "timeout": 20,
-        "virtual_host": vhost,
-        "allowed_mechs": "PLAIN",
-        "ssl_domain": domain,
-        "sasl_enabled": True,
-    }
 
 
 def test_keycloak_password_and_groups_decide(stack: AuthStack) -> None:
@@ -68,7 +53,7 @@ def test_keycloak_password_and_groups_decide(stack: AuthStack) -> None:
 
 def test_plain_over_tls(stack: AuthStack) -> None:
     """TLS terminated by the router in Python, SASL relayed inside it."""
-    options = _tls_options(stack.pki.ca_cert, "shop")
+    options = tls_options(stack.pki.ca_cert, "shop")
     url = f"amqps://127.0.0.1:{stack.tls_port}"
     check_shop_rights(
         lambda user, password: BlockingConnection(url, user=user, password=password, **options)
@@ -129,29 +114,13 @@ def test_keycloak_user_changes_need_no_router_change(stack: AuthStack) -> None:
     first.close()
 
 
-def _new_user(stack: AuthStack, name: str, password: str, *groups: str) -> dict[str, Any]:
-    """A user created in Keycloak only, in `groups` (subgroups of /shop)."""
-    keycloak = stack.keycloak
-    (shop,) = keycloak.admin("GET", "/enmesh/groups?exact=true&search=shop")
-    sub = {
-        g["name"]: g["id"] for g in keycloak.admin("GET", f"/enmesh/groups/{shop['id']}/children")
-    }
-    credential = {"type": "password", "value": password, "temporary": False}
-    body = {"username": name, "enabled": True, "credentials": [credential]}
-    keycloak.admin("POST", "/enmesh/users", body)
-    (user,) = keycloak.admin("GET", f"/enmesh/users?exact=true&username={name}")
-    for group in groups:
-        keycloak.admin("PUT", f"/enmesh/users/{user['id']}/groups/{sub[group]}")
-    return {**user, "group_ids": sub}
-
-
 def _keycloak_sessions(stack: AuthStack, user: dict[str, Any]) -> int:
     """Keycloak's sessions of a user: one per password grant it made."""
     return len(stack.keycloak.admin("GET", f"/enmesh/users/{user['id']}/sessions"))
 
 
 def test_a_repeated_login_costs_keycloak_one_password_grant(stack: AuthStack) -> None:
-    erin = _new_user(stack, "erin@shop", "erin-secret", "send_orders")
+    erin = new_user(stack, "erin@shop", "erin-secret", "send_orders")
     for _ in range(3):
         connection = connect(stack, "erin@shop", "erin-secret", "shop")
         assert may(connection, "orders", receive=False)
@@ -161,7 +130,7 @@ def test_a_repeated_login_costs_keycloak_one_password_grant(stack: AuthStack) ->
 
 
 def test_a_remembered_login_follows_password_and_group_changes(stack: AuthStack) -> None:
-    frank = _new_user(stack, "frank@shop", "frank-secret", "send_orders")
+    frank = new_user(stack, "frank@shop", "frank-secret", "send_orders")
     connect(stack, "frank@shop", "frank-secret", "shop").close()  # remembered from here
 
     keycloak, user_path = stack.keycloak, f"/enmesh/users/{frank['id']}"
@@ -193,7 +162,7 @@ def test_a_compiled_keycloak_stack_logs_in_through_keycloak(compiled: CompiledSt
     mesh = compiled.mesh
     url = mesh.url(0, tls=True)
     alice = BlockingConnection(
-        url, user="alice@shop", password="alice-secret", **_tls_options(mesh.ca, "shop")
+        url, user="alice@shop", password="alice-secret", **tls_options(mesh.ca, "shop")
     )
     try:
         receiver = alice.create_receiver("orders")
@@ -203,10 +172,10 @@ def test_a_compiled_keycloak_stack_logs_in_through_keycloak(compiled: CompiledSt
     finally:
         alice.close()
     with pytest.raises(ConnectionException, match="unauthorized"):
-        options = _tls_options(mesh.ca, "shop")
+        options = tls_options(mesh.ca, "shop")
         BlockingConnection(url, user="alice@shop", password="wrong", **options).close()
     with pytest.raises(ConnectionException, match="may not use address space 'shop'"):
-        options = _tls_options(mesh.ca, "shop")
+        options = tls_options(mesh.ca, "shop")
         BlockingConnection(url, user="carol@lab", password="carol-secret", **options).close()
     with pytest.raises(ConnectionException, match="unauthorized"):
         BlockingConnection(  # the routers' own database holds no messaging user
@@ -313,7 +282,7 @@ def test_the_model_reaches_keycloak_users_made_by_hand_stay(
     Keycloak; a user made in Keycloak by hand is left alone; a second run changes nothing."""
     keycloak = stack.keycloak
     admin = KeycloakAdmin(keycloak.url, str(stack.pki.ca_cert), "admin", keycloak.admin_password)
-    _new_user(stack, "frank@shop", "frank-secret", "recv_orders")  # by hand, in Keycloak
+    new_user(stack, "frank@shop", "frank-secret", "recv_orders")  # by hand, in Keycloak
     passwords = {**PASSWORDS, "shop-gina": "gina-secret"}
     added = sync_realm(admin, _model(tmp_path, GINA), passwords)
     assert added.created == ["/shop/send_audit", "gina@shop"]
@@ -350,7 +319,7 @@ def test_apply_on_a_keycloak_stack_manages_its_users_in_keycloak(compiled: Compi
         apply_stack(stack_file(mesh), mesh_target(mesh, None), echo=said.append)
         assert "Keycloak users: changed: created: /shop/send_audit, hana@shop" in said
         password = (mesh.secrets_dir / "shop-hana" / "password").read_text().strip()
-        url, options = mesh.url(0, tls=True), _tls_options(mesh.ca, "shop")
+        url, options = mesh.url(0, tls=True), tls_options(mesh.ca, "shop")
         hana = BlockingConnection(url, user="hana@shop", password=password, **options)
         try:
             assert may(hana, "audit", receive=False)
@@ -388,7 +357,7 @@ def test_apply_names_a_hand_made_user_it_leaves_alone(
             "and groups are Keycloak's, not the model's): lena@shop"
         ) in said
         # Keycloak's password, and none of the model's rights (no send_audit group)
-        url, options = mesh.url(0, tls=True), _tls_options(mesh.ca, "shop")
+        url, options = mesh.url(0, tls=True), tls_options(mesh.ca, "shop")
         lena = BlockingConnection(url, user="lena@shop", password="by-hand", **options)
         try:
             assert not may(lena, "audit", receive=False)

@@ -14,7 +14,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from proton import ConnectionException, SSLDomain
+from proton import ConnectionException
 from proton.utils import BlockingConnection
 
 from enmesh.auth.admin import KeycloakAdmin
@@ -22,7 +22,17 @@ from enmesh.auth.lookup import LOOKUP_CLIENT
 from enmesh.auth.realm import HASH_ITERATIONS, PASSWORD_POLICY
 from enmesh.auth.sync import sync_realm
 from enmesh.model import load_model
-from tests.auth.conftest import LOOKUP_SECRET, MODEL, PASSWORDS, AuthStack, check_shop_rights, may
+from tests.auth.conftest import (
+    LOOKUP_SECRET,
+    MODEL,
+    PASSWORDS,
+    AuthStack,
+    check_shop_rights,
+    connect,
+    may,
+    new_user,
+    tls_options,
+)
 from tests.support.mesh import wait_until
 
 SCRAM = "SCRAM-SHA-256"
@@ -30,15 +40,14 @@ SCRAM = "SCRAM-SHA-256"
 
 def scram(stack: AuthStack, user: str, password: str, port: int = 0) -> Any:
     """A client of the router's amqps listener (or `port`, cleartext) with SCRAM alone."""
-    options: dict[str, Any] = {"timeout": 20, "virtual_host": "shop", "allowed_mechs": SCRAM}
     if port:
         url = f"amqp://127.0.0.1:{port}"
+        options: dict[str, Any] = {"timeout": 20, "virtual_host": "shop"}
     else:
-        domain = SSLDomain(SSLDomain.MODE_CLIENT)
-        domain.set_trusted_ca_db(str(stack.pki.ca_cert))
-        domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
-        url, options["ssl_domain"] = f"amqps://127.0.0.1:{stack.tls_port}", domain
-    return BlockingConnection(url, user=user, password=password, **options)
+        url, options = f"amqps://127.0.0.1:{stack.tls_port}", tls_options(stack.pki.ca_cert, "shop")
+    return BlockingConnection(
+        url, user=user, password=password, **{**options, "allowed_mechs": SCRAM}
+    )
 
 
 def refused(stack: AuthStack, user: str, password: str) -> str:
@@ -61,37 +70,12 @@ def test_a_listener_limited_to_scram_serves_scram(stack: AuthStack) -> None:
     it may go without TLS; PLAIN is not offered there."""
     scram(stack, "alice@shop", "alice-secret", port=stack.scram_only_port).close()
     with pytest.raises(ConnectionException):
-        BlockingConnection(
-            f"amqp://127.0.0.1:{stack.scram_only_port}",
-            timeout=20,
-            user="alice@shop",
-            password="alice-secret",
-            virtual_host="shop",
-            allowed_mechs="PLAIN",
-            allow_insecure_mechs=True,
-        ).close()
-
-
-def _user(stack: AuthStack, name: str, password: str, *groups: str) -> str:
-    """A user made in Keycloak only (hashed under the realm's policy); its id."""
-    keycloak = stack.keycloak
-    (shop,) = keycloak.admin("GET", "/enmesh/groups?exact=true&search=shop")
-    sub = {
-        g["name"]: g["id"] for g in keycloak.admin("GET", f"/enmesh/groups/{shop['id']}/children")
-    }
-    credential = {"type": "password", "value": password, "temporary": False}
-    keycloak.admin(
-        "POST", "/enmesh/users", {"username": name, "enabled": True, "credentials": [credential]}
-    )
-    (user,) = keycloak.admin("GET", f"/enmesh/users?exact=true&username={name}")
-    for group in groups:
-        keycloak.admin("PUT", f"/enmesh/users/{user['id']}/groups/{sub[group]}")
-    return str(user["id"])
+        connect(stack, "alice@shop", "alice-secret", "shop", stack.scram_only_port).close()
 
 
 def test_scram_follows_keycloak_user_changes(stack: AuthStack) -> None:
     keycloak = stack.keycloak
-    path = f"/enmesh/users/{_user(stack, 'ivan@shop', 'ivan-secret', 'send_orders')}"
+    path = f"/enmesh/users/{new_user(stack, 'ivan@shop', 'ivan-secret', 'send_orders')['id']}"
     first = scram(stack, "ivan@shop", "ivan-secret")  # no router change, no enmesh-auth restart
     assert may(first, "orders", receive=False)
     assert not may(first, "orders", receive=True)
@@ -190,7 +174,7 @@ def test_wrong_scram_proofs_count_towards_keycloaks_lockout(stack: AuthStack) ->
     proof clears the failures before it, as a login form's does; three wrong ones in a row
     lock the user out, and then the right password is refused too."""
     keycloak = stack.keycloak
-    _user(stack, "judy@shop", "judy-secret", "send_orders")
+    new_user(stack, "judy@shop", "judy-secret", "send_orders")
     lockout = {"bruteForceProtected": True, "failureFactor": 3, "waitIncrementSeconds": 300,
                "maxFailureWaitSeconds": 300, "quickLoginCheckMilliSeconds": 1}  # fmt: skip
     keycloak.admin("PUT", "/enmesh", lockout)
@@ -235,7 +219,7 @@ def test_a_realm_from_before_scram_gets_its_policy_and_users_their_keys_at_next_
     hash the password again under it, and from then on SCRAM works."""
     keycloak = stack.keycloak
     keycloak.admin("PUT", "/enmesh", {"passwordPolicy": ""})
-    _user(stack, "kate@shop", "kate-secret", "send_orders")  # hashed with argon2
+    new_user(stack, "kate@shop", "kate-secret", "send_orders")  # hashed with argon2
     assert "unauthorized" in refused(stack, "kate@shop", "kate-secret")
     assert "no SCRAM keys: the password is hashed with argon2" in stack.auth_log.read_text()
 
@@ -245,13 +229,5 @@ def test_a_realm_from_before_scram_gets_its_policy_and_users_their_keys_at_next_
     assert keycloak.admin("GET", "/enmesh")["passwordPolicy"] == PASSWORD_POLICY
     assert "unauthorized" in refused(stack, "kate@shop", "kate-secret")  # not hashed again yet
 
-    BlockingConnection(
-        f"amqp://127.0.0.1:{stack.router_port}",
-        timeout=20,
-        user="kate@shop",
-        password="kate-secret",
-        virtual_host="shop",
-        allowed_mechs="PLAIN",
-        allow_insecure_mechs=True,  # plain AMQP on loopback: the test's own machine
-    ).close()
+    connect(stack, "kate@shop", "kate-secret", "shop").close()
     scram(stack, "kate@shop", "kate-secret").close()

@@ -337,9 +337,7 @@ class RabbitMQBroker:
                 self._stop_server(server, timeout)
         finally:
             self._kill_leftovers()
-            epmd, self._epmd = self._epmd, None
-            if epmd is not None:
-                _terminate(epmd, 10.0)
+            self._stop_epmd()
 
     def power_off(self) -> None:
         """SIGKILL the node and epmd at once, as a host losing power: no clean shutdown.
@@ -349,10 +347,12 @@ class RabbitMQBroker:
             _killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=15)
         self._kill_leftovers()
+        self._stop_epmd()
+
+    def _stop_epmd(self) -> None:
         epmd, self._epmd = self._epmd, None
         if epmd is not None:
-            epmd.kill()
-            epmd.wait(timeout=15)
+            _terminate(epmd, 10.0)
 
     def restart(self, timeout: float = START_TIMEOUT) -> None:
         """Stop and start again with the same ports, data, users and definitions."""

@@ -65,7 +65,7 @@ public final class ScramKeysResource {
             return refused.get();
         }
         RealmModel realm = session.getContext().getRealm();
-        UserModel user = username == null ? null : session.users().getUserByUsername(realm, username);
+        UserModel user = user(realm, username);
         if (user == null) {  // a body, so that enmesh-auth tells it from a missing resource
             return Response.status(Response.Status.NOT_FOUND)
                     .type(MediaType.APPLICATION_JSON)
@@ -92,7 +92,7 @@ public final class ScramKeysResource {
             return refused.get();
         }
         RealmModel realm = session.getContext().getRealm();
-        UserModel user = username == null ? null : session.users().getUserByUsername(realm, username);
+        UserModel user = user(realm, username);
         if (user != null && realm.isBruteForceProtected()) {
             BruteForceProtector protector = session.getProvider(BruteForceProtector.class);
             if ("failure".equals(outcome)) {
@@ -102,6 +102,10 @@ public final class ScramKeysResource {
             }
         }
         return Response.noContent().build();
+    }
+
+    private UserModel user(RealmModel realm, String username) {
+        return username == null ? null : session.users().getUserByUsername(realm, username);
     }
 
     private Optional<Response> refusal() {
