@@ -41,8 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scram",
         action="store_true",
-        help="offer SCRAM-SHA-256 too (needs --lookup-secret-file and enmesh's Keycloak "
-        "provider, which the keycloak role installs)",
+        help="Keycloak has enmesh's provider (the keycloak role installs it): offer "
+        "SCRAM-SHA-256 too, and read a user's state in one request (needs "
+        "--lookup-secret-file)",
     )
     p.add_argument(
         "--remember-seconds",
@@ -79,7 +80,7 @@ def _service(args: argparse.Namespace) -> AuthService:
             raise ValueError("--scram needs --lookup-secret-file (the account reads the keys)")
         return AuthService(grant)
     secret = args.lookup_secret_file.read_text().strip()
-    lookup = UserLookup(settings, args.lookup_client_id, secret)
+    lookup = UserLookup(settings, args.lookup_client_id, secret, provider=args.scram)
     check = RememberingCheck(grant, lookup, max_age=args.remember_seconds)
     if not args.scram:
         return AuthService(check)

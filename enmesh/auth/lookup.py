@@ -3,9 +3,11 @@
 What a remembered login must still hold before it is trusted again (enmesh.auth.verdicts):
 the user exists with the same id, is enabled, has no required action, has the same
 password credential (its id and creation time change when the password is set or reset),
-and which groups it is in now. Three GETs, no password hashing: a few milliseconds in
-Keycloak against the hundreds a password grant costs (PBKDF2 at Keycloak's default
-iterations, then a signed token).
+and which groups it is in now. No password hashing: a few milliseconds in Keycloak against
+the tens a password grant costs (PBKDF2 at the realm's iterations, then a signed token).
+Where Keycloak has enmesh's provider (the keycloak role installs it; `--scram` says so) it
+is one GET of the provider's answer, which also holds the SCRAM keys; elsewhere (the
+Kubernetes image) three GETs of the admin API.
 
 The service account is the realm's confidential client `enmesh-auth-lookup` with the
 `realm-management` role `view-users` only (enmesh.auth.realm); the same account alone may
@@ -62,11 +64,20 @@ class ScramRecord:
     stored_key: bytes = b""
     server_key: bytes = b""
     unavailable: str = ""  # why there are no keys (e.g. the password's hash), or ""
+    failures: int = 0  # login failures Keycloak counts now (brute-force detection)
 
 
 class UserLookup:
-    def __init__(self, settings: KeycloakSettings, client_id: str, client_secret: str) -> None:
-        self.settings = settings
+    def __init__(
+        self,
+        settings: KeycloakSettings,
+        client_id: str,
+        client_secret: str,
+        provider: bool = False,
+    ) -> None:
+        """`provider`: Keycloak has enmesh's provider (enmesh/deploy/keycloak_scram), whose
+        one answer replaces the admin API's three for a user's state."""
+        self.settings, self.provider = settings, provider
         self.client_id, self.client_secret = client_id, client_secret
         parts = urllib.parse.urlsplit(settings.url)
         if parts.scheme != "https" or not parts.hostname:
@@ -79,7 +90,10 @@ class UserLookup:
         self._token: tuple[str, float] | None = None  # (access token, monotonic expiry)
 
     def state(self, username: str) -> UserState | None:
-        """The user's state now, or None if Keycloak has no such user."""
+        """The user's state now, or None if Keycloak has no such user: one request to
+        enmesh's provider where Keycloak has it, else three to the admin API."""
+        if self.provider:
+            return self._state_from_provider(username)
         realm = f"/admin{self.settings.realm_path}"
         query = urllib.parse.urlencode(
             {"username": username, "exact": "true", "briefRepresentation": "false"}
@@ -104,11 +118,47 @@ class UserLookup:
             groups=tuple(sorted(str(g["path"]) for g in groups)),
         )
 
+    def _state_from_provider(self, username: str) -> UserState | None:
+        answer = self._keys_answer(username)
+        if answer is None:
+            return None
+        try:
+            stamp = sorted((str(p["id"]), int(p["created"])) for p in answer["passwords"])
+            return UserState(
+                user_id=str(answer["id"]),
+                usable=bool(answer["usable"]),  # locked out counts too, as for SCRAM
+                password_stamp=tuple(stamp),
+                groups=tuple(sorted(str(g) for g in answer["groups"])),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AdminApiError(f"Keycloak's enmesh-scram answer is not usable: {exc}") from exc
+
     # --- SCRAM keys (enmesh.auth.scram) -------------------------------------------------------
 
     def scram_keys(self, username: str) -> ScramRecord | None:
         """The user's SCRAM keys and state from the realm's enmesh-scram resource, or None
         if Keycloak has no such user."""
+        answer = self._keys_answer(username)
+        if answer is None:
+            return None
+        try:
+            keys = answer.get("scram") or {}
+            return ScramRecord(
+                username=str(answer["username"]),
+                usable=bool(answer["usable"]),
+                groups=tuple(str(g) for g in answer["groups"]),
+                salt=base64.b64decode(keys.get("salt", "")),
+                iterations=int(keys.get("iterations", 0)),
+                stored_key=base64.b64decode(keys.get("storedKey", "")),
+                server_key=base64.b64decode(keys.get("serverKey", "")),
+                unavailable=str(answer.get("unavailable", "")),
+                failures=int(answer.get("failures", 0)),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AdminApiError(f"Keycloak's enmesh-scram answer is not usable: {exc}") from exc
+
+    def _keys_answer(self, username: str) -> Any:
+        """The provider's answer for `username` (JSON), or None if Keycloak has no such user."""
         query = urllib.parse.urlencode({"username": username})
         status, body = self._authorized("GET", f"{self._scram_base}/keys?{query}")
         if status == 404 and body.strip() == NO_SUCH_USER:
@@ -120,21 +170,7 @@ class UserLookup:
             )
         if status != 200:
             raise AdminApiError(f"Keycloak's enmesh-scram resource answered HTTP {status}")
-        try:
-            answer = json.loads(body)
-            keys = answer.get("scram") or {}
-            return ScramRecord(
-                username=str(answer["username"]),
-                usable=bool(answer["usable"]),
-                groups=tuple(str(g) for g in answer["groups"]),
-                salt=base64.b64decode(keys.get("salt", "")),
-                iterations=int(keys.get("iterations", 0)),
-                stored_key=base64.b64decode(keys.get("storedKey", "")),
-                server_key=base64.b64decode(keys.get("serverKey", "")),
-                unavailable=str(answer.get("unavailable", "")),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise AdminApiError(f"Keycloak's enmesh-scram answer is not usable: {exc}") from exc
+        return _json(body, "Keycloak's enmesh-scram answer")
 
     def report(self, username: str, success: bool) -> None:
         """A SCRAM proof's result, for Keycloak's brute-force detection (a success resets
@@ -170,10 +206,7 @@ class UserLookup:
         status, body = self._authorized("GET", path)
         if status != 200:
             raise AdminApiError(f"Keycloak admin API answered HTTP {status} to GET {path}")
-        try:
-            return json.loads(body)
-        except ValueError as exc:
-            raise AdminApiError(f"Keycloak admin API: GET {path} is not JSON: {exc}") from exc
+        return _json(body, f"Keycloak admin API: GET {path}")
 
     def _bearer(self) -> str:
         with self._token_lock:
@@ -229,3 +262,10 @@ class UserLookup:
             )
             self._local.connection = connection
         return connection
+
+
+def _json(body: bytes, what: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise AdminApiError(f"{what} is not JSON: {exc}") from exc

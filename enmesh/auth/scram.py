@@ -14,9 +14,12 @@ the name under a key derived from the service account's secret (so it stays the 
 across restarts, as a real salt does), and the exchange fails at the proof as a wrong
 password does. A user who exists but may not log in now (disabled, locked out, a required
 action) gets its real challenge and is refused after the proof, so locking a user out
-changes nothing a client sees. enmesh-auth's log says why. Each proof's result is reported
-to Keycloak (after the verdict, in the background, so the report's round trip does not
-time the answer), for its brute-force detection.
+changes nothing a client sees. enmesh-auth's log says why. Each wrong proof is reported to
+Keycloak, for its brute-force detection, and a right one only while Keycloak counts
+failures for the user (the keys' answer says how many), since a success only clears them:
+nearly every login then costs Keycloak one request, not two. Reports go after the verdict,
+in the background, so their round trip does not time the answer. (A failure reported
+between the keys' read and a right proof stays counted until the next right proof.)
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ class ScramExchange:
             return Verdict(AUTH, reason=self._refusal or f"SCRAM: {exc}"), ""
         if record is None or self._refusal:  # no record: _refusal says so
             return Verdict(AUTH, reason=self._refusal), ""
-        self._report(success=True)
+        if record.failures:  # a success clears the count; with none, nothing to tell
+            self._report(success=True)
         return Verdict(OK, record.username, record.groups), str(self._server.get_server_final())
 
     def _report(self, success: bool) -> None:

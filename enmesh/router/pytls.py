@@ -8,23 +8,21 @@ from __future__ import annotations
 
 import functools
 import ssl
-from pathlib import Path
 
 from enmesh.router import tls_policy
-from enmesh.router.security import TlsFiles
+from enmesh.router.security import FileStamp, TlsFiles, files_stamp
 
 READ_CHUNK = 64 * 1024
 
 
 def server_context(tls: TlsFiles) -> ssl.SSLContext:
     """The listener's certificate and the sslProfile's TLS versions and ciphers; made
-    again only when the certificate file changes (renewal), not for every connection."""
-    stamp = Path(tls.cert_file).stat().st_mtime_ns if tls.cert_file else 0
-    return _context(tls, stamp)
+    again only when one of its files changes (renewal), not for every connection."""
+    return _context(tls, files_stamp(tls))
 
 
 @functools.lru_cache(maxsize=32)
-def _context(tls: TlsFiles, _cert_stamp: int) -> ssl.SSLContext:
+def _context(tls: TlsFiles, _stamp: FileStamp) -> ssl.SSLContext:
     if not (tls.cert_file and tls.private_key_file):
         raise ValueError("a TLS listener needs certFile and privateKeyFile in its sslProfile")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

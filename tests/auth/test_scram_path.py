@@ -18,7 +18,8 @@ from proton import ConnectionException
 from proton.utils import BlockingConnection
 
 from enmesh.auth.admin import KeycloakAdmin
-from enmesh.auth.lookup import LOOKUP_CLIENT
+from enmesh.auth.keycloak import KeycloakSettings
+from enmesh.auth.lookup import LOOKUP_CLIENT, UserLookup
 from enmesh.auth.realm import HASH_ITERATIONS, PASSWORD_POLICY
 from enmesh.auth.sync import sync_realm
 from enmesh.model import load_model
@@ -181,12 +182,13 @@ def test_wrong_scram_proofs_count_towards_keycloaks_lockout(stack: AuthStack) ->
     try:
         for _ in range(2):
             assert "unauthorized" in refused(stack, "judy@shop", "a-guess")
-        scram(stack, "judy@shop", "judy-secret").close()  # reported: the count starts again
-        for _ in range(2):
-            assert "unauthorized" in refused(stack, "judy@shop", "a-guess")
         wait_until(  # the reports travel in the background
             lambda: _failures(stack, "judy@shop") == 2, 20, "Keycloak to count two failures"
         )
+        scram(stack, "judy@shop", "judy-secret").close()  # reported: the count starts again
+        for _ in range(2):
+            assert "unauthorized" in refused(stack, "judy@shop", "a-guess")
+        wait_until(lambda: _failures(stack, "judy@shop") == 2, 20, "Keycloak to count two failures")
         scram(stack, "judy@shop", "judy-secret").close()  # 2 failures since the success
         for _ in range(3):
             assert "unauthorized" in refused(stack, "judy@shop", "a-guess")
@@ -231,3 +233,25 @@ def test_a_realm_from_before_scram_gets_its_policy_and_users_their_keys_at_next_
 
     connect(stack, "kate@shop", "kate-secret", "shop").close()
     scram(stack, "kate@shop", "kate-secret").close()
+
+
+def test_the_providers_answer_gives_the_admin_apis_user_state(stack: AuthStack) -> None:
+    """A remembered login is checked with one request to enmesh's provider where Keycloak
+    has it, else with three to the admin API: both read the same state, and a password
+    reset changes both stamps."""
+    settings = KeycloakSettings(stack.keycloak.url, "enmesh", "enmesh-auth", None,
+                                str(stack.pki.ca_cert))  # fmt: skip
+    provider = UserLookup(settings, LOOKUP_CLIENT, LOOKUP_SECRET, provider=True)
+    admin_api = UserLookup(settings, LOOKUP_CLIENT, LOOKUP_SECRET, provider=False)
+    ivan = new_user(stack, "ivan@shop", "ivan-secret", "send_orders", "recv_orders")
+    before = provider.state("ivan@shop")
+    assert before is not None and before == admin_api.state("ivan@shop")
+    assert before.usable and before.password_stamp
+    assert before.groups == ("/shop/recv_orders", "/shop/send_orders")
+
+    new_password = {"type": "password", "value": "ivan-new", "temporary": False}
+    stack.keycloak.admin("PUT", f"/enmesh/users/{ivan['id']}/reset-password", new_password)
+    after = provider.state("ivan@shop")
+    assert after == admin_api.state("ivan@shop")
+    assert after is not None and after.password_stamp != before.password_stamp
+    assert provider.state("nobody@shop") is None and admin_api.state("nobody@shop") is None

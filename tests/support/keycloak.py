@@ -227,12 +227,16 @@ class Keycloak:
                 self.process.kill()
                 self.process.wait()
 
-    def rss_kib(self) -> int:
-        """Resident memory of the Keycloak JVM (kc.sh execs java)."""
+    def java_pid(self) -> int:
+        """The Keycloak JVM's process (kc.sh starts java as its child, or execs it)."""
         assert self.process is not None
         pid = self.process.pid
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        status = Path(f"/proc/{children[0] if children else pid}/status").read_text()
+        return int(children[0]) if children else pid
+
+    def rss_kib(self) -> int:
+        """Resident memory of the Keycloak JVM."""
+        status = Path(f"/proc/{self.java_pid()}/status").read_text()
         rss = next(line for line in status.splitlines() if line.startswith("VmRSS"))
         return int(rss.split()[1])
 

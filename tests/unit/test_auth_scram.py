@@ -80,7 +80,14 @@ def test_the_right_password_logs_in_with_the_users_groups() -> None:
     verdict, server_final = one.final(client.get_client_final())
     assert (verdict.code, verdict.identity, verdict.groups) == (OK, "alice@shop", GROUPS)
     client.set_server_final(server_final)  # the client checks the server knew the keys
-    assert (source.successes, source.failures) == (["alice@shop"], [])
+    assert (source.successes, source.failures) == ([], [])  # no failures for it to clear
+
+
+def test_a_right_proof_is_reported_only_while_keycloak_counts_failures() -> None:
+    """A success only clears Keycloak's count of failures: with none, it costs no request."""
+    counted = Source(record("alice@shop", "alice-secret", failures=2))
+    assert login(counted, "alice@shop", "alice-secret")[0] == OK
+    assert (counted.successes, counted.failures) == (["alice@shop"], [])
 
 
 def test_a_wrong_password_is_refused_and_reported_to_keycloak() -> None:

@@ -14,6 +14,7 @@ import java.security.GeneralSecurityException;
 import java.security.MessageDigest;
 import java.util.Arrays;
 import java.util.Base64;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.TreeMap;
@@ -23,6 +24,7 @@ import org.keycloak.credential.CredentialModel;
 import org.keycloak.models.ClientModel;
 import org.keycloak.models.KeycloakSession;
 import org.keycloak.models.RealmModel;
+import org.keycloak.models.UserLoginFailureModel;
 import org.keycloak.models.UserModel;
 import org.keycloak.models.credential.PasswordCredentialModel;
 import org.keycloak.models.utils.ModelToRepresentation;
@@ -40,8 +42,9 @@ import org.keycloak.util.JsonSerialization;
  * and iteration count (PBKDF2's first output block does not depend on the output length).
  * This resource answers StoredKey and ServerKey derived from it, as a SCRAM server stores
  * them; never the hash itself. Only the service account of the client enmesh-auth-lookup
- * may ask, and it reports each proof's result, which Keycloak's brute-force detection (when
- * the realm has it on) counts as it counts a login form's. The username is a query
+ * may ask, and it reports each failed proof, and each right one while the user has failures
+ * counted, which Keycloak's brute-force detection (when the realm has it on) counts as it
+ * counts a login form's. The username is a query
  * parameter: a name such as "a/b" or ".." stays a name, not a path.
  */
 public final class ScramKeysResource {
@@ -76,6 +79,8 @@ public final class ScramKeysResource {
         answer.put("username", user.getUsername());
         answer.put("id", user.getId());
         answer.put("usable", usable(realm, user));
+        answer.put("failures", failures(realm, user));
+        answer.put("passwords", passwordStamps(user));
         answer.put("groups", user.getGroupsStream().map(ModelToRepresentation::buildGroupPath).sorted().toList());
         answer.putAll(scram(user));
         return Response.ok(JsonSerialization.writeValueAsString(answer))
@@ -135,6 +140,30 @@ public final class ScramKeysResource {
         BruteForceProtector protector = session.getProvider(BruteForceProtector.class);
         return !protector.isTemporarilyDisabled(session, realm, user)
                 && !protector.isPermanentlyLockedOut(session, realm, user);
+    }
+
+    /**
+     * Each password credential's id and creation time: both change when the password is set
+     * or reset, so a login enmesh-auth remembers is trusted again only while they hold.
+     */
+    private static List<Map<String, Object>> passwordStamps(UserModel user) {
+        return user.credentialManager()
+                .getStoredCredentialsByTypeStream(PasswordCredentialModel.TYPE)
+                .map(c -> Map.<String, Object>of("id", c.getId(), "created", c.getCreatedDate() == null ? 0L : c.getCreatedDate()))
+                .toList();
+    }
+
+    /**
+     * The user's login failures Keycloak counts now (0 with brute-force detection off), so
+     * that enmesh-auth reports a success only when there is a count for it to clear: a
+     * request less to Keycloak on nearly every login.
+     */
+    private int failures(RealmModel realm, UserModel user) {
+        if (!realm.isBruteForceProtected()) {
+            return 0;
+        }
+        UserLoginFailureModel record = session.loginFailures().getUserLoginFailure(realm, user.getId());
+        return record == null ? 0 : record.getNumFailures();
     }
 
     /** {"scram": {salt, iterations, storedKey, serverKey, credential}} or {"unavailable": why}. */
