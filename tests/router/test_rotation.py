@@ -1,8 +1,9 @@
 """Rotating certificates and passwords on a running router, without a restart.
 
-The router reads its sslProfile files for every TLS connection it accepts, and Cyrus
-reads the sasldb for every login, so a renewed certificate or a changed password takes
-effect for the next connection while established ones carry on (docs/security.md).
+The router builds its TLS context again when an sslProfile file changes (checked for every
+TLS connection it accepts), and Cyrus reads the sasldb for every login, so a renewed
+certificate or a changed password takes effect for the next connection while established
+ones carry on (docs/security.md).
 """
 
 from __future__ import annotations
