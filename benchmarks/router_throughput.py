@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import pstats
-import resource
 import statistics
 import sys
 import tempfile
@@ -30,16 +29,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proton import Connection, Event, Message
+from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from enmesh.router.engine import Loop, ProtonSocket, connect_nonblocking  # noqa: E402
-from enmesh.router.security import SaslSettings, client_transport  # noqa: E402
 from tests.support.amqp import Account  # noqa: E402
+from tests.support.connection_hold import (  # noqa: E402
+    HeldConnections,
+    held_figures,
+    raise_open_files_limit,
+    rss_kb,
+)
 from tests.support.mesh import Mesh, build_mesh, wait_until  # noqa: E402
 from tests.support.ports import free_port, port_is_listening  # noqa: E402
 from tests.support.rabbitmq import RabbitMQBroker, allocate_ports  # noqa: E402
@@ -256,67 +259,17 @@ def split_flow(
     }
 
 
-def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-class Opener:
-    """Counts client connections the router opened or refused (engine event handler)."""
-
-    def __init__(self) -> None:
-        self.opened, self.failed = 0, 0
-
-    def on_event(self, source: ProtonSocket, event: Event) -> None:
-        if event.type == Event.CONNECTION_REMOTE_OPEN:
-            self.opened += 1
-        elif event.type == Event.TRANSPORT_ERROR:
-            self.failed += 1
-
-    def on_closed(self, source: ProtonSocket) -> None:
-        pass
-
-
 def hold_connections(mesh: Mesh, count: int) -> dict[str, Any]:
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    raise_open_files_limit()
     router = mesh.routers[0]
     assert router.process is not None
     before = rss_kb(router.process.pid)
-    loop = Loop()
-    opener = Opener()
-    sockets = []
-    started = time.perf_counter()
-    for _ in range(count):
-        transport = client_transport("127.0.0.1", ("SCRAM-SHA-256",), SaslSettings(None, "x"), None)
-        connection = Connection()
-        connection.user = "device@iot"
-        connection.password = mesh.passwords["device@iot"]
-        connection.hostname = "iot"
-        sock = connect_nonblocking("127.0.0.1", router.amqp_port)
-        proton_socket = ProtonSocket(
-            loop, sock, transport, opener, peer="router", connecting=True, connection=connection
-        )
-        connection.open()
-        sockets.append(proton_socket)
-    loop.run_until(lambda: opener.opened + opener.failed >= count, timeout=180)
-    seconds = time.perf_counter() - started
-    after = rss_kb(router.process.pid)
-    still_serving = router.reachable_routers() == len(mesh.routers) - 1
-    for proton_socket in sockets:
-        proton_socket.sock.close()
-    return {
-        "requested": count,
-        "opened": opener.opened,
-        "failed": opener.failed,
-        "seconds_to_open": round(seconds, 2),
-        "router_rss_kb_before": before,
-        "router_rss_kb_after": after,
-        "kb_per_idle_connection": round((after - before) / max(opener.opened, 1), 2),
-        "router_still_serving": still_serving,
-    }
+    held = HeldConnections(router.amqp_port, "device@iot", mesh.passwords["device@iot"], "iot")
+    seconds = held.open(count, timeout=180)
+    figures = held_figures(held, seconds, before, rss_kb(router.process.pid))
+    figures["router_still_serving"] = router.reachable_routers() == len(mesh.routers) - 1
+    held.close()
+    return figures
 
 
 def memory_per_address(mesh: Mesh, count: int) -> dict[str, Any]:

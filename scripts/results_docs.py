@@ -80,6 +80,21 @@ def _keycloak(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
         )
 
 
+_CONNECTION_COLUMNS = (
+    ("held", "held", "{:,}"), ("failed", "failed", "{}"), ("router RSS", "router_rss_mb", "{} MB"),
+    ("per idle connection", "kb_per_idle_connection", "{} KB"),
+    ("router CPU per login", "router_cpu_ms_per_login", "{} ms"),
+    ("router CPU while idle", "router_idle_cpu_percent", "{} %"),
+    ("new client's round trip", "new_client_round_trip_ms", "{} ms"),
+)  # fmt: skip
+
+
+def _connections(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+    yield tuple(header for header, _, _ in _CONNECTION_COLUMNS)
+    for step in data["steps"]:
+        yield tuple(fmt.format(step[key]) for _, key, fmt in _CONNECTION_COLUMNS)
+
+
 def _pipeline(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
     yield ("input", "devices", "sustained", "p50", "p99", "p99 queued", "p99 in Spark")
     for run in data["mesh"]:
@@ -192,6 +207,15 @@ BENCHES = (
             ("per idle authenticated connection", "connections.kb_per_idle_connection", "{} KB"),
             ("per address with a consumer", "memory_per_address.kb_per_address", "{} KB"),
         ),
+    ),
+    Bench(
+        "router_connections.json", "Router: 10,000 concurrent connections",
+        f"{PY} benchmarks/router_connections.py --connections 10000 --steps 4",
+        "Idle connections logged in with SCRAM-SHA-256 (the router's sasldb) held on one "
+        "router, opened 200 handshakes at a time by one client process; at each step the "
+        "router's RSS, its CPU while it only keeps them (10 s; heartbeats), and a new "
+        "client's message round trip through it.",
+        _connections,
     ),
     Bench(
         "router_soak.json", "Router soak", f"{PY} benchmarks/router_soak.py --messages 10000000",

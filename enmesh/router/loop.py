@@ -28,6 +28,7 @@ class Timer:
     sequence: int
     callback: Callback = field(compare=False)
     cancelled: bool = field(default=False, compare=False)
+    quiet: bool = field(default=False, compare=False)  # reports its own work (Loop.work)
 
     def cancel(self) -> None:
         # The heap keeps a cancelled timer until its deadline: drop what the callback
@@ -45,6 +46,9 @@ class Readable(Protocol):
     def on_writable(self) -> None: ...
 
 
+QUIET = "reports_own_work"  # a handler with this true attribute counts its own work
+
+
 class Loop:
     """Sockets, timers and a stop flag."""
 
@@ -55,6 +59,11 @@ class Loop:
         self._running = False
         self._after_io: list[Callback] = []
         self.on_idle: Callback | None = None  # runs after each round of I/O and callbacks
+        # Counts what may have changed proton endpoints beyond the connection it came in on
+        # (timers, callbacks, sockets, dispatched events). on_idle compares it with what it
+        # saw last, so a round that only carried heartbeats of idle connections does not
+        # make the router look at every connection.
+        self.work = 0
 
     def now(self) -> float:
         return time.monotonic()
@@ -62,8 +71,9 @@ class Loop:
     def call_later(self, delay: float, callback: Callback) -> Timer:
         return self.call_at(self.now() + max(delay, 0.0), callback)
 
-    def call_at(self, deadline: float, callback: Callback) -> Timer:
-        timer = Timer(deadline, next(self._sequence), callback)
+    def call_at(self, deadline: float, callback: Callback, quiet: bool = False) -> Timer:
+        """`quiet`: the callback adds to `work` itself when it does any."""
+        timer = Timer(deadline, next(self._sequence), callback, quiet=quiet)
         heapq.heappush(self._timers, timer)
         return timer
 
@@ -104,6 +114,7 @@ class Loop:
         while self._timers and (self._timers[0].cancelled or self._timers[0].deadline <= now):
             timer = heapq.heappop(self._timers)
             if not timer.cancelled:
+                self.work += not timer.quiet
                 _guarded(timer.callback)
         return self._timers[0].deadline - now if self._timers else None
 
@@ -128,8 +139,10 @@ class Loop:
         if max_wait is not None:
             timeout = max_wait if timeout is None else min(timeout, max_wait)
         for key, mask in self.selector.select(timeout):
+            self.work += not getattr(key.data, QUIET, False)
             _serve(key.data, mask)
         pending, self._after_io = self._after_io, []
+        self.work += len(pending)
         for callback in pending:
             _guarded(callback)
         if self.on_idle is not None:

@@ -83,6 +83,7 @@ class Router:
         self.transit: dict[tuple[str, str], OutLink] = {}
         self.neighbours: dict[str, ProtonSocket] = {}
         self.connections: dict[int, ProtonSocket] = {}
+        self._flushed_at_work = -1  # Loop.work when flush last found no connection with events
         self.connectors: dict[str, ConnectorState] = {
             c.name: ConnectorState(c) for c in config.connectors
         }
@@ -129,14 +130,14 @@ class Router:
         proton queues an event on a connection's collector whenever one of its endpoints
         changes; a connection with queued events has something to process and write.
         """
-        streaming.run_parked()  # large messages: bytes arrived, or proton's buffers drained
+        # large messages: bytes arrived, or proton's buffers drained
+        self.loop.work += streaming.run_parked()
+        if self.loop.work == self._flushed_at_work:
+            return  # nothing ran since every connection was last seen without events
         for _ in range(8):
-            busy = [
-                c
-                for c in self.connections.values()
-                if not c.closed and c.collector.peek() is not None
-            ]
+            busy = [c for c in self.connections.values() if not c.closed and c.has_events()]
             if not busy:
+                self._flushed_at_work = self.loop.work
                 return
             for conn in busy:
                 conn.process()
