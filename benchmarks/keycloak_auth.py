@@ -51,7 +51,7 @@ from tests.auth.conftest import (  # noqa: E402
 )
 from tests.router.conftest import account  # noqa: E402
 from tests.support.amqp import Account  # noqa: E402
-from tests.support.connect_load import LoadFigures, churn, cpu_per_unit  # noqa: E402
+from tests.support.connect_load import churn, churn_costing  # noqa: E402
 from tests.support.keycloak import Keycloak, start_keycloak  # noqa: E402
 from tests.support.mesh import build_mesh, wait_until  # noqa: E402
 from tests.support.pki import Pki, make_pki  # noqa: E402
@@ -73,19 +73,15 @@ class Variant:
 def measure(variant: Variant, connections: int) -> dict[str, Any]:
     """The variant once sequentially (latency), then under load (rate and CPU)."""
     alone = churn(variant.account, max(connections // 10, 20), processes=1, concurrency=1)
-    loaded: list[LoadFigures] = []
-
-    def load() -> int:
-        loaded.append(churn(variant.account, connections, CLIENT_PROCESSES, IN_FLIGHT))
-        return loaded[0].connections
-
-    _, cpu = cpu_per_unit(list(variant.servers.values()), load)
-    if loaded[0].errors:
-        print(f"{variant.name}: {len(loaded[0].errors)} refused, e.g. {loaded[0].errors[0]}")
+    loaded, cpu = churn_costing(
+        variant.account, connections, CLIENT_PROCESSES, IN_FLIGHT, list(variant.servers.values())
+    )
+    if loaded.errors:
+        print(f"{variant.name}: {len(loaded.errors)} refused, e.g. {loaded.errors[0]}")
     return {
         "sequential_p50_ms": round(alone.p50_ms, 1),
         "sequential_p99_ms": round(alone.p99_ms, 1),
-        **{f"loaded_{key}": value for key, value in loaded[0].summary().items()},
+        **{f"loaded_{key}": value for key, value in loaded.summary().items()},
         **{
             f"cpu_ms_per_connection_{name}": round(seconds * 1000, 2)
             for name, seconds in zip(variant.servers, cpu, strict=True)

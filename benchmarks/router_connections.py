@@ -1,6 +1,7 @@
-"""Concurrent authenticated connections on one enmesh-router (issue 28: 10,000): memory per
-idle connection at each step, the CPU the router spends keeping them (heartbeats), and
-whether it still serves a new client while holding them all.
+"""Connections on one enmesh-router: how fast it admits them (SCRAM-SHA-256, and PLAIN
+inside TLS; the router's CPU per connection), then 10,000 concurrent authenticated ones
+(issue 28): memory per idle connection at each step, the CPU the router spends keeping
+them (heartbeats), and whether it still serves a new client while holding them all.
 
 Each connection logs in with SASL SCRAM-SHA-256 against the router's sasldb as the sample
 model's `device@iot` (whose plan is raised to admit them) and then stays idle; the
@@ -32,7 +33,7 @@ from proton import Message  # noqa: E402
 from benchmarks.results_file import publish  # noqa: E402
 from tests.router.conftest import account  # noqa: E402
 from tests.support import amqp, connection_hold  # noqa: E402
-from tests.support.connect_load import cpu_seconds  # noqa: E402
+from tests.support.connect_load import churn_costing, cpu_seconds  # noqa: E402
 from tests.support.mesh import SAMPLE_MODEL, Mesh, build_mesh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "router_connections.json"
@@ -128,6 +129,21 @@ def measure(mesh: Mesh, total: int, steps: int) -> dict[str, Any]:
     return {"router_rss_mb_before": round(baseline / 1024, 1), "steps": rows}
 
 
+def set_up_rates(mesh: Mesh, count: int) -> dict[str, Any]:
+    """Connection set-up alone (open, then close at once) from 2 client processes with 8
+    handshakes each in flight: SCRAM-SHA-256 on the plain port, PLAIN inside TLS on the
+    amqps port; the router's CPU per connection says what one router core admits."""
+    router = mesh.routers[0]
+    assert router.process is not None
+    rates: dict[str, Any] = {}
+    for name, tls in (("scram_sha_256", False), ("plain_over_tls", True)):
+        user = account(mesh, 0, "device@iot", tls=tls)
+        loaded, (cpu,) = churn_costing(user, count, 2, 8, [router.process.pid])
+        rates[name] = {**loaded.summary(), "router_cpu_ms_per_connection": round(cpu * 1000, 2)}
+        print(name, rates[name], flush=True)
+    return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--connections", type=int, default=10_000)
@@ -140,7 +156,8 @@ def main() -> None:
     mesh = build_mesh(work, routers=1, models=[roomy_model(work, args.connections)])
     mesh.start()
     try:
-        figures = measure(mesh, args.connections, args.steps)
+        figures: dict[str, Any] = {"set_up": set_up_rates(mesh, 1000)}
+        figures |= measure(mesh, args.connections, args.steps)
     finally:
         mesh.stop()
         shutil.rmtree(work, ignore_errors=True)

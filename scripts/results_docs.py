@@ -209,6 +209,21 @@ BENCHES = (
         ),
     ),
     Bench(
+        "router_connections.json", "Router: connection set-up",
+        f"{PY} benchmarks/router_connections.py --connections 10000 --steps 4",
+        "1,000 connections opened and closed at once by 2 client processes with 8 handshakes "
+        "each in flight, against one router and its sasldb; the router's CPU per connection "
+        "from /proc says what one router core admits.",
+        _pairs(
+            ("SCRAM-SHA-256 (plain port)", "set_up.scram_sha_256.per_s", "{}/s"),
+            ("its router CPU per connection", "set_up.scram_sha_256.router_cpu_ms_per_connection",
+             "{} ms"),
+            ("PLAIN inside TLS", "set_up.plain_over_tls.per_s", "{}/s"),
+            ("its router CPU per connection", "set_up.plain_over_tls.router_cpu_ms_per_connection",
+             "{} ms"),
+        ),
+    ),
+    Bench(
         "router_connections.json", "Router: 10,000 concurrent connections",
         f"{PY} benchmarks/router_connections.py --connections 10000 --steps 4",
         "Idle connections logged in with SCRAM-SHA-256 (the router's sasldb) held on one "

@@ -14,7 +14,6 @@ import multiprocessing
 import os
 import statistics
 import time
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,13 +128,15 @@ def cpu_seconds(pid: int) -> float:
     return ticks / _CLOCK_TICKS
 
 
-def cpu_per_unit(pids: list[int], work: Callable[[], int]) -> tuple[int, list[float]]:
-    """Run `work` (which returns how many units it did) and return that count with each
-    process's CPU seconds per unit over it."""
+def churn_costing(
+    account: Account, count: int, processes: int, concurrency: int, pids: list[int]
+) -> tuple[LoadFigures, list[float]]:
+    """`churn`, and the CPU seconds each of `pids` (server processes) spent per connection
+    opened meanwhile."""
     before = [cpu_seconds(pid) for pid in pids]
-    units = work()
-    after = [cpu_seconds(pid) for pid in pids]
-    return units, [(end - begin) / max(units, 1) for begin, end in zip(before, after, strict=True)]
+    figures = churn(account, count, processes, concurrency)
+    spent = [cpu_seconds(pid) - begin for pid, begin in zip(pids, before, strict=True)]
+    return figures, [seconds / max(figures.connections, 1) for seconds in spent]
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
