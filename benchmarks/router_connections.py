@@ -34,6 +34,7 @@ from benchmarks.results_file import publish  # noqa: E402
 from tests.router.conftest import account  # noqa: E402
 from tests.support import amqp, connection_hold  # noqa: E402
 from tests.support.connect_load import churn_costing, cpu_seconds  # noqa: E402
+from tests.support.fuzz import rss_kb  # noqa: E402
 from tests.support.mesh import SAMPLE_MODEL, Mesh, build_mesh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "router_connections.json"
@@ -97,7 +98,7 @@ def measure(mesh: Mesh, total: int, steps: int) -> dict[str, Any]:
     held = connection_hold.HeldConnections(
         router.amqp_port, "device@iot", mesh.passwords["device@iot"], "iot"
     )
-    baseline = connection_hold.rss_kb(pid)
+    baseline = rss_kb(pid)
     rows: list[dict[str, Any]] = []
     try:
         for step in range(1, steps + 1):
@@ -108,7 +109,7 @@ def measure(mesh: Mesh, total: int, steps: int) -> dict[str, Any]:
             idle_before = cpu_seconds(pid)
             held.serve(IDLE_SECONDS)
             idle_cpu = cpu_seconds(pid) - idle_before
-            rss = connection_hold.rss_kb(pid)
+            rss = rss_kb(pid)
             rows.append(
                 {
                     "held": held.opened,

@@ -38,8 +38,9 @@ from proton.reactor import Container
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.router_throughput import rss_kb, start_stack  # noqa: E402
+from benchmarks.router_throughput import start_stack  # noqa: E402
 from tests.support.amqp import Account  # noqa: E402
+from tests.support.fuzz import rss_kb  # noqa: E402
 from tests.support.mesh import Mesh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "router_soak.json"

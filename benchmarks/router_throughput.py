@@ -41,8 +41,8 @@ from tests.support.connection_hold import (  # noqa: E402
     HeldConnections,
     held_figures,
     raise_open_files_limit,
-    rss_kb,
 )
+from tests.support.fuzz import rss_kb  # noqa: E402
 from tests.support.mesh import Mesh, build_mesh, wait_until  # noqa: E402
 from tests.support.ports import free_port, port_is_listening  # noqa: E402
 from tests.support.rabbitmq import RabbitMQBroker, allocate_ports  # noqa: E402

@@ -35,8 +35,8 @@ from proton.reactor import Container
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.router_throughput import rss_kb  # noqa: E402
 from tests.support.amqp import Account  # noqa: E402
+from tests.support.fuzz import rss_kb  # noqa: E402
 from tests.support.mesh import Mesh, build_mesh, wait_until  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "router_wills.json"

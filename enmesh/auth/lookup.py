@@ -27,8 +27,9 @@ import ssl
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from enmesh.auth.keycloak import KeycloakSettings
 
@@ -120,18 +121,7 @@ class UserLookup:
 
     def _state_from_provider(self, username: str) -> UserState | None:
         answer = self._keys_answer(username)
-        if answer is None:
-            return None
-        try:
-            stamp = sorted((str(p["id"]), int(p["created"])) for p in answer["passwords"])
-            return UserState(
-                user_id=str(answer["id"]),
-                usable=bool(answer["usable"]),  # locked out counts too, as for SCRAM
-                password_stamp=tuple(stamp),
-                groups=tuple(sorted(str(g) for g in answer["groups"])),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise AdminApiError(f"Keycloak's enmesh-scram answer is not usable: {exc}") from exc
+        return None if answer is None else _from_answer(_user_state, answer)
 
     # --- SCRAM keys (enmesh.auth.scram) -------------------------------------------------------
 
@@ -139,23 +129,7 @@ class UserLookup:
         """The user's SCRAM keys and state from the realm's enmesh-scram resource, or None
         if Keycloak has no such user."""
         answer = self._keys_answer(username)
-        if answer is None:
-            return None
-        try:
-            keys = answer.get("scram") or {}
-            return ScramRecord(
-                username=str(answer["username"]),
-                usable=bool(answer["usable"]),
-                groups=tuple(str(g) for g in answer["groups"]),
-                salt=base64.b64decode(keys.get("salt", "")),
-                iterations=int(keys.get("iterations", 0)),
-                stored_key=base64.b64decode(keys.get("storedKey", "")),
-                server_key=base64.b64decode(keys.get("serverKey", "")),
-                unavailable=str(answer.get("unavailable", "")),
-                failures=int(answer.get("failures", 0)),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise AdminApiError(f"Keycloak's enmesh-scram answer is not usable: {exc}") from exc
+        return None if answer is None else _from_answer(_scram_record, answer)
 
     def _keys_answer(self, username: str) -> Any:
         """The provider's answer for `username` (JSON), or None if Keycloak has no such user."""
@@ -269,3 +243,40 @@ def _json(body: bytes, what: str) -> Any:
         return json.loads(body)
     except ValueError as exc:
         raise AdminApiError(f"{what} is not JSON: {exc}") from exc
+
+
+_Parsed = TypeVar("_Parsed")
+
+
+def _from_answer(parse: Callable[[Any], _Parsed], answer: Any) -> _Parsed:
+    """What `parse` reads from the provider's answer; a field missing or of the wrong type
+    is Keycloak not answering usably, as an HTTP error is."""
+    try:
+        return parse(answer)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AdminApiError(f"Keycloak's enmesh-scram answer is not usable: {exc}") from exc
+
+
+def _user_state(answer: Any) -> UserState:
+    stamp = sorted((str(p["id"]), int(p["created"])) for p in answer["passwords"])
+    return UserState(
+        user_id=str(answer["id"]),
+        usable=bool(answer["usable"]),  # locked out counts too, as for SCRAM
+        password_stamp=tuple(stamp),
+        groups=tuple(sorted(str(g) for g in answer["groups"])),
+    )
+
+
+def _scram_record(answer: Any) -> ScramRecord:
+    keys = answer.get("scram") or {}
+    return ScramRecord(
+        username=str(answer["username"]),
+        usable=bool(answer["usable"]),
+        groups=tuple(str(g) for g in answer["groups"]),
+        salt=base64.b64decode(keys.get("salt", "")),
+        iterations=int(keys.get("iterations", 0)),
+        stored_key=base64.b64decode(keys.get("storedKey", "")),
+        server_key=base64.b64decode(keys.get("serverKey", "")),
+        unavailable=str(answer.get("unavailable", "")),
+        failures=int(answer.get("failures", 0)),
+    )

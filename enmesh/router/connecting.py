@@ -91,19 +91,16 @@ class Connecting:
             sock.close()  # before any TLS or SASL work: that is what a guesser costs us
             return
         tls = self._tls(listener.ssl_profile)
-        domain = (
-            security.server_domain(
+        relay = self._relay(listener)
+        terminator, domain = None, None
+        if relay is not None and tls is not None:  # TLS in Python, so the relay sees SASL
+            terminator = pytls.TlsTerminator(pytls.server_context(tls))
+        elif tls is not None:
+            domain = security.server_domain(
                 tls,
                 require_peer_certificate=listener.role == INTER_ROUTER,
                 require_tls=listener.require_ssl,
             )
-            if tls
-            else None
-        )
-        relay = self._relay(listener)
-        terminator = None
-        if relay is not None and tls is not None:  # TLS in Python, so the relay sees SASL
-            terminator, domain = pytls.TlsTerminator(pytls.server_context(tls)), None
         transport = (
             security.relayed_transport()
             if relay is not None

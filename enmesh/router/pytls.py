@@ -6,23 +6,17 @@ passes `unwrap` before the relay and proton see it; everything they send passes 
 
 from __future__ import annotations
 
-import functools
 import ssl
 
 from enmesh.router import tls_policy
-from enmesh.router.security import FileStamp, TlsFiles, files_stamp
+from enmesh.router.security import TlsFiles, per_files_version
 
 READ_CHUNK = 64 * 1024
 
 
+@per_files_version
 def server_context(tls: TlsFiles) -> ssl.SSLContext:
-    """The listener's certificate and the sslProfile's TLS versions and ciphers; made
-    again only when one of its files changes (renewal), not for every connection."""
-    return _context(tls, files_stamp(tls))
-
-
-@functools.lru_cache(maxsize=32)
-def _context(tls: TlsFiles, _stamp: FileStamp) -> ssl.SSLContext:
+    """The listener's certificate and the sslProfile's TLS versions and ciphers."""
     if not (tls.cert_file and tls.private_key_file):
         raise ValueError("a TLS listener needs certFile and privateKeyFile in its sslProfile")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -7,11 +7,11 @@ sasldb built from the model's users. ANONYMOUS is offered only when a listener l
 
 from __future__ import annotations
 
-import functools
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 import cproton  # type: ignore[import-untyped]
 from proton import SASL, SSL, Connection, SSLDomain, SSLException, Transport
@@ -70,18 +70,37 @@ def files_stamp(tls: TlsFiles) -> FileStamp:
     return tuple(stamps)
 
 
+CACHED_VERSIONS = 32  # per builder: every profile and option in use, and then some
+_P = ParamSpec("_P")
+_Built = TypeVar("_Built")
+
+
+def per_files_version(
+    build: Callable[Concatenate[TlsFiles, _P], _Built],
+) -> Callable[Concatenate[TlsFiles, _P], _Built]:
+    """`build(tls, ...)` made once per version of the profile's files, not per connection:
+    building a TLS context reads and parses the certificate, key and CA (~17 ms), which per
+    accepted connection capped a router at a few dozen TLS connections/s. A renewed file
+    (files_stamp) builds a new one, so the next connection presents the new certificate
+    while established ones carry on."""
+
+    cache: dict[tuple[object, ...], _Built] = {}
+
+    def built(tls: TlsFiles, /, *args: _P.args, **kwargs: _P.kwargs) -> _Built:
+        key = (files_stamp(tls), tls, args, tuple(sorted(kwargs.items())))
+        found = cache.get(key)
+        if found is None:
+            if len(cache) >= CACHED_VERSIONS:  # versions of renewed files: gone for good
+                cache.clear()
+            found = cache[key] = build(tls, *args, **kwargs)
+        return found
+
+    return built
+
+
+@per_files_version
 def server_domain(tls: TlsFiles, require_peer_certificate: bool, require_tls: bool) -> SSLDomain:
-    """The listener's TLS domain, built once per version of its files: building one reads
-    and parses the certificate, key and CA (~17 ms), which per accepted connection capped
-    a router at a few dozen TLS connections/s. A renewed file builds a new one, so the
-    next connection presents the new certificate while established ones carry on."""
-    return _server_domain(tls, require_peer_certificate, require_tls, files_stamp(tls))
-
-
-@functools.lru_cache(maxsize=32)
-def _server_domain(
-    tls: TlsFiles, require_peer_certificate: bool, require_tls: bool, _stamp: FileStamp
-) -> SSLDomain:
+    """A listener's proton TLS domain."""
     domain = SSLDomain(SSLDomain.MODE_SERVER)
     restrict(domain, tls)
     if tls.cert_file and tls.private_key_file:
@@ -95,13 +114,9 @@ def _server_domain(
     return domain
 
 
+@per_files_version
 def client_domain(tls: TlsFiles, verify_hostname: bool) -> SSLDomain:
-    """A connector's TLS domain, built once per version of its files (as server_domain)."""
-    return _client_domain(tls, verify_hostname, files_stamp(tls))
-
-
-@functools.lru_cache(maxsize=32)
-def _client_domain(tls: TlsFiles, verify_hostname: bool, _stamp: FileStamp) -> SSLDomain:
+    """A connector's proton TLS domain."""
     domain = SSLDomain(SSLDomain.MODE_CLIENT)
     restrict(domain, tls)
     if tls.cert_file and tls.private_key_file:
@@ -114,15 +129,10 @@ def _client_domain(tls: TlsFiles, verify_hostname: bool, _stamp: FileStamp) -> S
     return domain
 
 
+@per_files_version
 def client_context(tls: TlsFiles) -> ssl.SSLContext:
     """Python's TLS, for a connection the router speaks by hand (the auth service):
-    verifies the peer's certificate and name with the profile's CA. Built once per
-    version of the profile's files (as server_domain), not per relayed login."""
-    return _client_context(tls, files_stamp(tls))
-
-
-@functools.lru_cache(maxsize=32)
-def _client_context(tls: TlsFiles, _stamp: FileStamp) -> ssl.SSLContext:
+    verifies the peer's certificate and name with the profile's CA."""
     context = ssl.create_default_context(cafile=tls.ca_cert_file)
     if tls.cert_file and tls.private_key_file:
         context.load_cert_chain(tls.cert_file, tls.private_key_file, tls.password)

@@ -13,20 +13,12 @@ from __future__ import annotations
 import resource
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from proton import Connection, Event
 
 from enmesh.router.engine import Loop, ProtonSocket, connect_nonblocking
 from enmesh.router.security import SaslSettings, client_transport
-
-
-def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def raise_open_files_limit() -> int:
