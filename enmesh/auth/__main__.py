@@ -10,6 +10,7 @@ import ssl
 import sys
 from pathlib import Path
 
+from enmesh.auth.bearer import TokenOrPasswordCheck
 from enmesh.auth.keycloak import KeycloakSettings, PasswordCheck
 from enmesh.auth.lookup import LOOKUP_CLIENT, UserLookup
 from enmesh.auth.scram import decoy_key
@@ -72,7 +73,8 @@ def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
 
 
 def _service(args: argparse.Namespace) -> AuthService:
-    """PLAIN by password grants; with the service account, remembered logins and SCRAM."""
+    """PLAIN by password grants; with the service account, remembered logins, the
+    console's access tokens (introspected) and SCRAM."""
     settings = _settings(args)
     grant = PasswordCheck(settings)
     if not args.lookup_secret_file:
@@ -81,7 +83,8 @@ def _service(args: argparse.Namespace) -> AuthService:
         return AuthService(grant)
     secret = args.lookup_secret_file.read_text().strip()
     lookup = UserLookup(settings, args.lookup_client_id, secret, provider=args.scram)
-    check = RememberingCheck(grant, lookup, max_age=args.remember_seconds)
+    remembering = RememberingCheck(grant, lookup, max_age=args.remember_seconds)
+    check = TokenOrPasswordCheck(settings, args.lookup_client_id, secret, remembering)
     if not args.scram:
         return AuthService(check)
     return AuthService(check, lookup, decoy_key(secret))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from enmesh.auth.lookup import LOOKUP_CLIENT
 from enmesh.compile.auth import link_addresses, sasl_identity
@@ -20,6 +21,14 @@ from enmesh.model import MessagingUser, Model, Operation, Tenant
 # The client enmesh-auth checks passwords with (password grant) and whose access tokens
 # carry the user's groups as full paths (`/<space>/send_<pattern>`).
 AUTH_CLIENT = "enmesh-auth"
+# The console's OIDC client: a browser logs in to Keycloak (authorization code flow with
+# PKCE) and the console opens the user's management connections with the access token,
+# which enmesh-auth has Keycloak introspect (enmesh.auth.bearer).
+CONSOLE_CLIENT = "enmesh-console"
+CONSOLE_CALLBACK_PATH = "/login/keycloak/callback"
+# Access tokens live as long as the console keeps an idle session (enmesh.console.sessions)
+# and are refreshed after that; a token is only ever sent to this stack's routers.
+CONSOLE_TOKEN_SECONDS = 30 * 60
 # The service account enmesh-auth reads users' state with (enmesh.auth.lookup): the
 # realm-management role view-users and nothing else.
 LOOKUP_ROLES = {"realm-management": ["view-users"]}
@@ -38,6 +47,43 @@ MANAGED = "enmesh-managed"
 HASH_ITERATIONS = 27_500
 HASHING = ("hashAlgorithm(pbkdf2-sha256)", f"hashIterations({HASH_ITERATIONS})")
 PASSWORD_POLICY = " and ".join(HASHING)
+
+
+@dataclass(frozen=True)
+class ConsoleClient:
+    """The console's client in the realm: its secret and the console's base URL."""
+
+    secret: str
+    url: str  # https://host:port, where browsers reach the console
+
+    @property
+    def base(self) -> str:
+        return self.url.rstrip("/")
+
+    def attributes(self) -> dict[str, str]:
+        return {
+            "pkce.code.challenge.method": "S256",
+            "post.logout.redirect.uris": self.base + "/login",
+            "access.token.lifespan": str(CONSOLE_TOKEN_SECONDS),
+        }
+
+    def representation(self) -> dict[str, object]:
+        return {
+            "clientId": CONSOLE_CLIENT,
+            "name": "enmesh console",
+            "enabled": True,
+            "publicClient": False,
+            "clientAuthenticatorType": "client-secret",
+            "secret": self.secret,
+            "standardFlowEnabled": True,
+            "directAccessGrantsEnabled": False,
+            "implicitFlowEnabled": False,
+            "serviceAccountsEnabled": False,
+            "redirectUris": [self.base + CONSOLE_CALLBACK_PATH],
+            "webOrigins": [],
+            "attributes": self.attributes(),
+            "protocolMappers": [_groups_mapper()],
+        }
 
 
 def with_scram_hashing(policy: str) -> str:
@@ -82,11 +128,17 @@ def user_groups(tenant: Tenant, user: MessagingUser) -> list[str]:
     return sorted(names)
 
 
-def realm_json(model: Model, passwords: Mapping[str, str], lookup_secret: str | None = None) -> str:
+def realm_json(
+    model: Model,
+    passwords: Mapping[str, str],
+    lookup_secret: str | None = None,
+    console: ConsoleClient | None = None,
+) -> str:
     """Realm export JSON; `passwords` maps a user's Secret name to its password.
 
     With `lookup_secret`, the realm also has the confidential client `enmesh-auth-lookup`
-    (that secret) whose service account enmesh-auth remembers logins with.
+    (that secret) whose service account enmesh-auth remembers logins with; with `console`,
+    the console's OIDC client.
     """
     groups = space_groups(model)
     users = []
@@ -115,7 +167,11 @@ def realm_json(model: Model, passwords: Mapping[str, str], lookup_secret: str | 
                 for space, subgroups in sorted(groups.items())
             ),
         ],
-        "clients": [_auth_client(), *([_lookup_client(lookup_secret)] if lookup_secret else [])],
+        "clients": [
+            _auth_client(),
+            *([_lookup_client(lookup_secret)] if lookup_secret else []),
+            *([console.representation()] if console else []),
+        ],
         # Messaging users have no e-mail or names: Keycloak's profile check would hold
         # every login ("Account is not fully set up").
         "requiredActions": [
@@ -137,8 +193,10 @@ def realm_json(model: Model, passwords: Mapping[str, str], lookup_secret: str | 
     return json.dumps(realm, indent=2, sort_keys=True) + "\n"
 
 
-def _auth_client() -> dict[str, object]:
-    mapper = {
+def _groups_mapper() -> dict[str, object]:
+    """The user's groups as full paths (`/<space>/send_<pattern>`) in access tokens, and
+    in Keycloak's answer when enmesh-auth introspects one."""
+    return {
         "name": "groups",
         "protocol": "openid-connect",
         "protocolMapper": "oidc-group-membership-mapper",
@@ -146,17 +204,21 @@ def _auth_client() -> dict[str, object]:
             "claim.name": "groups",
             "full.path": "true",
             "access.token.claim": "true",
+            "introspection.token.claim": "true",
             "id.token.claim": "false",
             "userinfo.token.claim": "false",
         },
     }
+
+
+def _auth_client() -> dict[str, object]:
     return {
         "clientId": AUTH_CLIENT,
         "enabled": True,
         "publicClient": True,  # it holds no secret: a password grant proves the user only
         "directAccessGrantsEnabled": True,
         "standardFlowEnabled": False,
-        "protocolMappers": [mapper],
+        "protocolMappers": [_groups_mapper()],
     }
 
 

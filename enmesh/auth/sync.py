@@ -22,7 +22,9 @@ from typing import Any, Protocol
 
 from enmesh.auth.admin import KeycloakAdminError
 from enmesh.auth.realm import (
+    CONSOLE_CLIENT,
     MANAGED,
+    ConsoleClient,
     realm_json,
     space_groups,
     user_groups,
@@ -119,6 +121,27 @@ class _Realm:
         path = f"/groups/{group_id}/children?briefRepresentation=false&max=1000"
         return {c["name"]: c for c in self.call("GET", path)}
 
+    # --- the console's client -----------------------------------------------------------
+    def align_console_client(self, console: ConsoleClient) -> None:
+        """The console's OIDC client as `console` says: created, or its secret, redirect
+        and token settings put back (other settings an operator made stay)."""
+        wanted = console.representation()
+        found = self.call("GET", f"/clients?clientId={_q(CONSOLE_CLIENT)}")
+        if not found:
+            self.call("POST", "/clients", wanted)
+            self.result.created.append(f"client {CONSOLE_CLIENT}")
+            return
+        client = found[0]
+        attributes = {**client.get("attributes", {}), **console.attributes()}
+        fields = ("secret", "redirectUris", "standardFlowEnabled", "publicClient")
+        if all(client.get(f) == wanted[f] for f in fields) and attributes == client.get(
+            "attributes"
+        ):
+            return
+        updated = {**client, **{f: wanted[f] for f in fields}, "attributes": attributes}
+        self.call("PUT", f"/clients/{client['id']}", updated)
+        self.result.changed.append(f"client {CONSOLE_CLIENT}")
+
     # --- users ------------------------------------------------------------------------
     def user(self, identity: str) -> dict[str, Any] | None:
         query = f"/users?exact=true&briefRepresentation=false&username={_q(identity)}"
@@ -179,6 +202,7 @@ def sync_realm(
     *,
     reset: Set[str] = frozenset(),
     lookup_secret: str | None = None,
+    console: ConsoleClient | None = None,
 ) -> SyncResult:
     """Make the realm hold `model`'s users and rights. `passwords`: secret name ->
     password; `reset`: identities whose password changed since the last sync (a password
@@ -189,7 +213,7 @@ def sync_realm(
     except KeycloakAdminError as error:
         if error.status != NOT_FOUND:
             raise
-        api.call("POST", "", json.loads(realm_json(model, passwords, lookup_secret)))
+        api.call("POST", "", json.loads(realm_json(model, passwords, lookup_secret, console)))
         result.imported = True
         return result
     policy = with_scram_hashing(str(current.get("passwordPolicy") or ""))
@@ -197,6 +221,8 @@ def sync_realm(
         api.call("PUT", f"/{REALM}", {"passwordPolicy": policy})
         result.changed.append("realm password policy")
     realm = _Realm(api, result)
+    if console is not None:
+        realm.align_console_client(console)
     ids = realm.space_group_ids(space_groups(model))
     wanted = _wanted_users(model, passwords)
     managed = {u["username"]: u for u in realm.managed_users()}

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from enmesh.compile import console
 from enmesh.compile.layout import Layout
 from enmesh.compile.qdrouterd import Entity
 from enmesh.compile.stack import IdentityProvider
@@ -28,6 +29,7 @@ KEYCLOAK_COMPONENT = "keycloak"
 KEYCLOAK_ADMIN_SECRET = ("enmesh-keycloak-admin", "password")  # Keycloak's bootstrap admin
 KEYCLOAK_DB_SECRET = ("enmesh-keycloak-db", "password")  # its PostgreSQL user `keycloak`
 LOOKUP_SECRET = ("enmesh-auth-lookup", "password")  # the realm's enmesh-auth-lookup client
+CONSOLE_SECRET = ("enmesh-console-oidc", "password")  # the realm's enmesh-console client
 REALM = "enmesh"  # Keycloak's realm of the model (enmesh.auth.realm builds it)
 # Each space's rights as a vhost policy naming its users: what the routers would hold
 # without Keycloak, and what Keycloak's groups grant with it (enmesh.deploy.smoke).
@@ -64,7 +66,8 @@ def secrets(layout: Layout) -> list[tuple[str, str]]:
     """The (name, key) of every secret the identity provider needs."""
     if not uses_keycloak(layout):
         return []
-    return [KEYCLOAK_ADMIN_SECRET, KEYCLOAK_DB_SECRET, LOOKUP_SECRET]
+    console_client = [CONSOLE_SECRET] if console.enabled(layout) else []
+    return [KEYCLOAK_ADMIN_SECRET, KEYCLOAK_DB_SECRET, LOOKUP_SECRET, *console_client]
 
 
 def router_entities(layout: Layout) -> list[Entity]:
@@ -127,4 +130,10 @@ def deployment(layout: Layout) -> dict[str, Any]:
             "databaseSecret": layout.secret_path(*KEYCLOAK_DB_SECRET),
         },
         "lookupSecret": layout.secret_path(*LOOKUP_SECRET),
+        # The console's OIDC client (its login to Keycloak; enmesh.console.oidc).
+        **(
+            {"consoleSecret": layout.secret_path(*CONSOLE_SECRET)}
+            if console.enabled(layout)
+            else {}
+        ),
     }

@@ -28,7 +28,9 @@ from starlette.templating import Jinja2Templates
 
 from enmesh.console import charts, views
 from enmesh.console.address_pages import AddressPages
+from enmesh.console.keycloak_pages import START_PATH, KeycloakPages
 from enmesh.console.mesh import Credentials, ManagementLinks, MeshError, Router, check_login
+from enmesh.console.oidc import OidcLogin, OidcSettings
 from enmesh.console.pagination import PAGE_SIZE, Page
 from enmesh.console.runtime import ADDRESS_FIELDS, GENERAL, ChangeError, Changes
 from enmesh.console.sessions import COOKIE, Session, Sessions
@@ -56,6 +58,8 @@ class Settings:
     # Queue -> messages stored (None: unknown); default: the target's brokers (rabbitmqctl).
     # On Kubernetes: Prometheus (enmesh.console.kubernetes), as there is no target.
     stored: Callable[[Tenant], dict[str, int] | None] | None = None
+    # A Keycloak stack: users may log in through Keycloak (enmesh.console.oidc) too.
+    oidc: OidcSettings | None = None
 
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
@@ -68,6 +72,8 @@ class Console:
         self.changes = Changes(settings.stack_file, settings.target)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.globals["stored_types"] = views.STORED  # None there: "unknown"
+        self.keycloak = KeycloakPages(self, OidcLogin(settings.oidc)) if settings.oidc else None
+        self.templates.env.globals["keycloak_login"] = START_PATH if self.keycloak else None
 
     # ------------------------------------------------------------------ plumbing
     def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
@@ -189,6 +195,8 @@ class Console:
 
     async def logout(self, request: Request, session: Session) -> Response:
         self.sessions.drop(request.cookies.get(COOKIE))
+        if self.keycloak is not None:
+            await self.keycloak.logout(session)
         response = RedirectResponse("/login", 303)
         response.delete_cookie(COOKIE)
         return response
@@ -407,6 +415,7 @@ class Console:
         return [
             Route("/login", self.login_page, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),
+            *(self.keycloak.routes() if self.keycloak else []),
             Route("/logout", a(self.logout, post=True), methods=["POST"]),
             Route("/", a(self.home)),
             Route("/spaces", a(self.spaces)),

@@ -17,6 +17,7 @@ from enmesh.compile.identity import deployed_with_keycloak
 from enmesh.console import kubernetes
 from enmesh.console.app import Settings, create_app
 from enmesh.console.mesh import Router
+from enmesh.console.oidc import OidcSettings
 from enmesh.control.commands import SUPERVISOR_CONFIG
 from enmesh.control.target import DEFAULT_RABBITMQCTL, Target, on_this_host
 
@@ -36,6 +37,26 @@ def routers_of(deployment: dict[str, Any]) -> tuple[Router, ...]:
 def _prometheus(deployment: dict[str, Any]) -> str | None:
     monitoring = deployment.get("monitoring")
     return f"http://{monitoring['host']}:{monitoring['port']}" if monitoring else None
+
+
+def oidc_of(deployment: dict[str, Any], console_url: str, ca: Path) -> OidcSettings | None:
+    """The console's Keycloak login on a Keycloak stack, when its client's secret is here
+    (a stack rendered before the console had one has none: password logins only)."""
+    if not deployed_with_keycloak(deployment):
+        return None
+    identity = deployment["identity"]
+    path = identity.get("consoleSecret")
+    try:
+        secret = Path(path).read_text(encoding="utf-8").strip() if path else ""
+    except OSError as exc:
+        logging.getLogger("enmesh.console").warning(
+            "no login through Keycloak: cannot read %s: %s", path, exc.strerror
+        )
+        return None
+    if not secret:
+        return None
+    keycloak = identity["keycloak"]
+    return OidcSettings(keycloak["url"], keycloak["realm"], secret, console_url, ca)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -104,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         administrator=args.administrator,
         prometheus=prometheus,
         stored=stored,
+        oidc=oidc_of(deployment, f"https://{args.host}:{args.port}", Path(deployment["ca"])),
     )
     uvicorn.run(
         create_app(settings),

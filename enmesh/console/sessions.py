@@ -9,10 +9,12 @@ import hmac
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from enmesh.console.mesh import Credentials, ManagementLinks
+from enmesh.console.oidc import Tokens
 
 COOKIE = "enmesh_console"
 IDLE_SECONDS = 30 * 60
@@ -26,6 +28,10 @@ class Session:
     seen: float = field(default_factory=time.monotonic)
     flash: list[str] = field(default_factory=list)  # messages for the next page
     links: ManagementLinks | None = None  # its management connections, opened on first use
+    # A login to Keycloak (enmesh.console.oidc): the access token is the password, renewed
+    # before it expires (the management connections then reopen with the new one).
+    tokens: Tokens | None = None
+    renew: Callable[[Tokens], Tokens] | None = None
 
     @property
     def administrator(self) -> bool:
@@ -35,6 +41,11 @@ class Session:
         return self.space is None or self.space == space
 
     def management(self, ca: Path) -> ManagementLinks:
+        if self.tokens is not None and self.renew is not None and self.tokens.expiring():
+            self.tokens = self.renew(self.tokens)
+            self.credentials = replace(self.credentials, password=self.tokens.access)
+            self.end()
+            self.links = None
         if self.links is None:
             self.links = ManagementLinks(self.credentials, ca)
         return self.links

@@ -15,10 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from enmesh.auth.admin import KeycloakAdmin, KeycloakAdminError
+from enmesh.auth.realm import ConsoleClient
 from enmesh.auth.sync import SyncResult, sync_realm
-from enmesh.compile import load_stack
+from enmesh.compile import console, load_stack
 from enmesh.compile.auth import sasl_identity
-from enmesh.compile.identity import KEYCLOAK_ADMIN_SECRET, LOOKUP_SECRET, keycloak_url
+from enmesh.compile.identity import (
+    CONSOLE_SECRET,
+    KEYCLOAK_ADMIN_SECRET,
+    LOOKUP_SECRET,
+    keycloak_url,
+)
 from enmesh.compile.layout import Layout
 from enmesh.deploy.sasldb import installed_users, write_password_record
 from enmesh.model import load_model
@@ -65,10 +71,24 @@ def sync_stack_users(
         _read(secrets_dir, *KEYCLOAK_ADMIN_SECRET),
     )
     result = sync_realm(
-        admin, model, passwords, reset=reset, lookup_secret=_read(secrets_dir, *LOOKUP_SECRET)
+        admin,
+        model,
+        passwords,
+        reset=reset,
+        lookup_secret=_read(secrets_dir, *LOOKUP_SECRET),
+        console=_console_client(layout, secrets_dir),
     )
     write_password_record(record, by_identity)
     return result
+
+
+def _console_client(layout: Layout, secrets_dir: Path) -> ConsoleClient | None:
+    """The console's OIDC client, where the stack runs a console."""
+    where = console.settings(layout)
+    if where is None:
+        return None
+    url = f"https://{where['host']}:{where['port']}"
+    return ConsoleClient(_read(secrets_dir, *CONSOLE_SECRET), url)
 
 
 def describe(result: SyncResult) -> str:

@@ -14,9 +14,12 @@ import pytest
 from proton import ConnectionException, Message, symbol
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from enmesh.auth import frames
 from enmesh.auth.admin import KeycloakAdmin
+from enmesh.auth.realm import ConsoleClient
 from enmesh.auth.sync import sync_realm
 from enmesh.control.apply import apply_stack
 from enmesh.control.management import Administrator, session
@@ -34,7 +37,8 @@ from tests.auth.conftest import (
 )
 from tests.mqtt.conftest import Device, GatewayProcess
 from tests.support.apply_target import mesh_target, stack_file
-from tests.support.console import Http, serve_console
+from tests.support.browser import click, text
+from tests.support.console import Http, browser, save_screenshot, serve_console
 from tests.support.keycloak import Keycloak
 from tests.support.mesh import wait_until
 
@@ -317,7 +321,12 @@ def test_apply_on_a_keycloak_stack_manages_its_users_in_keycloak(compiled: Compi
     try:
         model.write_text(original + HANA)
         apply_stack(stack_file(mesh), mesh_target(mesh, None), echo=said.append)
-        assert "Keycloak users: changed: created: /shop/send_audit, hana@shop" in said
+        # (the first apply also makes the console's client: the realm predates it)
+        assert any(
+            line.startswith("Keycloak users: changed: created: ")
+            and line.endswith("/shop/send_audit, hana@shop")
+            for line in said
+        ), said
         password = (mesh.secrets_dir / "shop-hana" / "password").read_text().strip()
         url, options = mesh.url(0, tls=True), tls_options(mesh.ca, "shop")
         hana = BlockingConnection(url, user="hana@shop", password=password, **options)
@@ -368,6 +377,64 @@ def test_apply_names_a_hand_made_user_it_leaves_alone(
         apply_stack(stack_file(mesh), mesh_target(mesh, None), echo=said.append)
         (lena,) = keycloak.admin("GET", "/enmesh/users?exact=true&username=lena@shop")
         keycloak.admin("DELETE", f"/enmesh/users/{lena['id']}")
+
+
+CONSOLE_SECRET = "console-client-secret-of-the-test"
+
+
+def _keycloak_page_login(driver: Any, username: str, password: str) -> None:
+    """Keycloak's own login page (theme keycloak.v2), as a user fills it in."""
+    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.ID, "kc-login"))
+    for field, value in (("username", username), ("password", password)):
+        element = driver.find_element(By.ID, field)
+        element.clear()  # after a refusal Keycloak fills the username in again
+        element.send_keys(value)
+    click(driver, driver.find_element(By.ID, "kc-login"))
+
+
+def test_the_console_logs_in_through_keycloak(
+    compiled: CompiledStack, stack: AuthStack, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """OIDC in a real browser: the console sends the user to Keycloak's login page (a wrong
+    password is Keycloak's to refuse), back with a code, and reads the routers' management
+    as that user, with the access token in place of a password (enmesh-auth has Keycloak
+    introspect it); a user without `manage` is refused; logging out ends the Keycloak
+    session too; the token appears in no log."""
+    mesh, keycloak = compiled.mesh, stack.keycloak
+    (shop,) = keycloak.admin("GET", "/enmesh/groups?exact=true&search=shop")
+    keycloak.admin("POST", f"/enmesh/groups/{shop['id']}/children", {"name": "manage"})
+    new_user(stack, "olga@shop", "olga-secret", "manage", "recv_orders")
+    mesh.set_secret("enmesh-console-oidc", "password", CONSOLE_SECRET)
+    admin = KeycloakAdmin(keycloak.url, str(stack.pki.ca_cert), "admin", keycloak.admin_password)
+    driver = browser(tmp_path_factory.mktemp("chromium"))
+    try:
+        with serve_console(mesh) as console:
+            client = ConsoleClient(CONSOLE_SECRET, console.url)
+            synced = sync_realm(admin, load_model([MODEL]), PASSWORDS, console=client)
+            # apply made it for the stack's own console address: now this one's
+            assert "client enmesh-console" in synced.created + synced.changed
+            driver.get(console.url + "/login")
+            click(driver, driver.find_element(By.ID, "login-keycloak"))
+            assert driver.current_url.startswith(keycloak.url)
+            _keycloak_page_login(driver, "olga@shop", "not-her-password")
+            assert "Invalid username or password" in driver.page_source
+            _keycloak_page_login(driver, "olga@shop", "olga-secret")
+            WebDriverWait(driver, 60).until(lambda d: d.current_url.endswith("/spaces/shop"))
+            assert text(driver, "#who") == "olga@shop"
+            click(driver, driver.find_element(By.ID, "connections-link"))
+            assert driver.find_elements(By.CSS_SELECTOR, "section.router")
+            assert not driver.find_elements(By.CSS_SELECTOR, "section.router .error")
+            save_screenshot(driver, "keycloak-login")
+            assert "authenticated olga@shop" in compiled.auth_log.read_text()
+
+            click(driver, driver.find_element(By.ID, "logout"))
+            driver.get(console.url + "/login/keycloak")  # no Keycloak session: its form again
+            _keycloak_page_login(driver, "alice@shop", "alice-secret")
+            assert "has no `manage` right" in text(driver, "#login-error")
+        assert sync_realm(admin, load_model([MODEL]), PASSWORDS, console=client).unchanged
+    finally:
+        driver.quit()
+    assert "eyJ" not in compiled.auth_log.read_text()  # no JWT (they all begin so)
 
 
 def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthStack) -> None:

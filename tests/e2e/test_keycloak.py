@@ -8,6 +8,8 @@ from __future__ import annotations
 import secrets
 import socket
 import ssl
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,3 +139,35 @@ def test_a_user_managed_in_keycloak_needs_no_router_change(
         with pytest.raises(ConnectionException, match="unauthorized"):
             _connect(stack, name, password, mechanism)
     assert {name: host.supervisor(name).pid for name in routers} == pids
+
+
+def test_the_console_sends_a_browser_to_keycloaks_login_page(
+    identity: dict[str, Any], deployment: dict[str, Any], stack: Stack
+) -> None:
+    """The console's Keycloak login is wired: its client exists in the realm with the
+    console's callback, so Keycloak shows its login form for it (a client or redirect it
+    did not know would get Keycloak's error page instead)."""
+    console = deployment.get("console")
+    if not console:
+        pytest.skip("this stack runs no console")
+    context = ssl.create_default_context(cafile=str(stack.ca))
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=context), _NoRedirect()
+    )
+    start = f"https://{console['host']}:{console['port']}/login/keycloak"
+    try:
+        opener.open(start, timeout=30)
+        raise AssertionError("the console did not redirect to Keycloak")
+    except urllib.error.HTTPError as redirect:
+        assert redirect.code == 303
+        location = redirect.headers["Location"]
+    assert location.startswith(identity["keycloak"]["url"] + "/realms/enmesh/")
+    assert "client_id=enmesh-console" in location and "code_challenge=" in location
+    with opener.open(location, timeout=30) as page:
+        assert page.status == 200
+        assert 'id="kc-login"' in page.read().decode()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None

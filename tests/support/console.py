@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.client import HTTPResponse
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
 from enmesh.console.app import Settings, create_app
-from enmesh.console.main import routers_of
+from enmesh.console.main import oidc_of, routers_of
 from enmesh.console.pagination import PAGE_SIZE
 from tests.support.apply_target import mesh_target, stack_file
 from tests.support.mesh import Mesh, wait_until
@@ -82,6 +82,8 @@ def serve_console(
         page_size=page_size,
     )
     port = free_port_block(1)
+    # On a Keycloak stack whose console client's secret is there: its Keycloak login too.
+    settings = replace(settings, oidc=oidc_of(deployment, f"https://127.0.0.1:{port}", mesh.ca))
     config = uvicorn.Config(
         create_app(settings),
         host="127.0.0.1",
