@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from enmesh.auth.admin import KeycloakAdminError
 from enmesh.auth.realm import (
-    CONSOLE_CLIENT,
     MANAGED,
     ConsoleClient,
     realm_json,
@@ -60,6 +59,21 @@ class _Wanted:
     space: str
     groups: frozenset[str]  # subgroup names of the space's group
     password: str
+
+
+# What enmesh sets on a client it aligns; anything else there is the operator's.
+_CLIENT_FIELDS = ("secret", "redirectUris", "standardFlowEnabled", "publicClient")
+
+
+@dataclass(frozen=True)
+class RealmWanted:
+    """What the realm should hold: the whole realm (imported where there is none), each
+    space's subgroups, the users enmesh manages, and clients to align."""
+
+    export: Mapping[str, Any]
+    groups: Mapping[str, Set[str]]
+    users: Mapping[str, _Wanted]
+    clients: tuple[Mapping[str, Any], ...] = ()
 
 
 def _managed(group: Mapping[str, Any]) -> bool:
@@ -121,26 +135,26 @@ class _Realm:
         path = f"/groups/{group_id}/children?briefRepresentation=false&max=1000"
         return {c["name"]: c for c in self.call("GET", path)}
 
-    # --- the console's client -----------------------------------------------------------
-    def align_console_client(self, console: ConsoleClient) -> None:
-        """The console's OIDC client as `console` says: created, or its secret, redirect
-        and token settings put back (other settings an operator made stay)."""
-        wanted = console.representation()
-        found = self.call("GET", f"/clients?clientId={_q(CONSOLE_CLIENT)}")
+    # --- clients ----------------------------------------------------------------------
+    def align_client(self, wanted: Mapping[str, Any]) -> None:
+        """A client as `wanted` says: created, or its secret, redirects, flows and the
+        attributes enmesh sets put back (other settings an operator made stay)."""
+        client_id = str(wanted["clientId"])
+        found = self.call("GET", f"/clients?clientId={_q(client_id)}")
         if not found:
-            self.call("POST", "/clients", wanted)
-            self.result.created.append(f"client {CONSOLE_CLIENT}")
+            self.call("POST", "/clients", dict(wanted))
+            self.result.created.append(f"client {client_id}")
             return
         client = found[0]
-        attributes = {**client.get("attributes", {}), **console.attributes()}
-        fields = ("secret", "redirectUris", "standardFlowEnabled", "publicClient")
+        attributes = {**client.get("attributes", {}), **wanted.get("attributes", {})}
+        fields = [f for f in _CLIENT_FIELDS if f in wanted]
         if all(client.get(f) == wanted[f] for f in fields) and attributes == client.get(
-            "attributes"
+            "attributes", {}
         ):
             return
         updated = {**client, **{f: wanted[f] for f in fields}, "attributes": attributes}
         self.call("PUT", f"/clients/{client['id']}", updated)
-        self.result.changed.append(f"client {CONSOLE_CLIENT}")
+        self.result.changed.append(f"client {client_id}")
 
     # --- users ------------------------------------------------------------------------
     def user(self, identity: str) -> dict[str, Any] | None:
@@ -207,13 +221,43 @@ def sync_realm(
     """Make the realm hold `model`'s users and rights. `passwords`: secret name ->
     password; `reset`: identities whose password changed since the last sync (a password
     is never read back from Keycloak, so the caller keeps that record)."""
+    wanted = RealmWanted(
+        json.loads(realm_json(model, passwords, lookup_secret, console)),
+        space_groups(model),
+        _wanted_users(model, passwords),
+        (console.representation(),) if console else (),
+    )
+    return sync_wanted(api, wanted, reset)
+
+
+def wanted_of_export(export: Mapping[str, Any]) -> RealmWanted:
+    """What a realm export (as realm_json writes it) asks for: its managed groups and users."""
+    groups = {
+        str(g["name"]): {str(sub["name"]) for sub in g.get("subGroups", [])}
+        for g in export.get("groups", [])
+        if _managed(g)
+    }
+    users = {}
+    for user in export.get("users", []):
+        paths = [str(p) for p in user.get("groups", [])]
+        if f"/{MANAGED}" not in paths:
+            continue  # a service account, or one the export does not manage
+        space = next(p.strip("/") for p in paths if p.count("/") == 1 and p != f"/{MANAGED}")
+        subgroups = frozenset(p.rsplit("/", 1)[1] for p in paths if p.startswith(f"/{space}/"))
+        password = str(user["credentials"][0]["value"])
+        users[str(user["username"])] = _Wanted(space, subgroups, password)
+    return RealmWanted(export, groups, users)
+
+
+def sync_wanted(api: AdminApi, wanted: RealmWanted, reset: Set[str] = frozenset()) -> SyncResult:
+    """Make the realm hold `wanted` (see sync_realm)."""
     result = SyncResult()
     try:
         current = api.call("GET", f"/{REALM}")
     except KeycloakAdminError as error:
         if error.status != NOT_FOUND:
             raise
-        api.call("POST", "", json.loads(realm_json(model, passwords, lookup_secret, console)))
+        api.call("POST", "", dict(wanted.export))
         result.imported = True
         return result
     policy = with_scram_hashing(str(current.get("passwordPolicy") or ""))
@@ -221,12 +265,11 @@ def sync_realm(
         api.call("PUT", f"/{REALM}", {"passwordPolicy": policy})
         result.changed.append("realm password policy")
     realm = _Realm(api, result)
-    if console is not None:
-        realm.align_console_client(console)
-    ids = realm.space_group_ids(space_groups(model))
-    wanted = _wanted_users(model, passwords)
+    for client in wanted.clients:
+        realm.align_client(client)
+    ids = realm.space_group_ids(wanted.groups)
     managed = {u["username"]: u for u in realm.managed_users()}
-    for identity, want in sorted(wanted.items()):
+    for identity, want in sorted(wanted.users.items()):
         if identity in managed:
             realm.align_user(managed[identity], want, ids[want.space], identity in reset)
         elif realm.user(identity) is None:
@@ -234,7 +277,7 @@ def sync_realm(
         else:  # one made by hand of that name stays as it is, and the caller says so
             result.skipped.append(identity)
     for user in managed.values():
-        if user["username"] not in wanted:
+        if user["username"] not in wanted.users:
             realm.call("DELETE", f"/users/{user['id']}")
             result.removed.append(str(user["username"]))
     return result

@@ -27,13 +27,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from enmesh.deploy.keycloak_provider import MIN_JAVA, PROVIDER_SOURCES, build_script, source_files
+
 VERSION = "26.5.6"
 CACHE = Path(os.environ.get("ENMESH_KEYCLOAK_CACHE", "/var/cache/enmesh/keycloak"))
 MAVEN = "https://repo1.maven.org/maven2/org/keycloak/keycloak-quarkus-dist"
 BUILD_OPTIONS = ("--db=postgres", "--health-enabled=true")
-MIN_JAVA = 21  # Keycloak 26 needs Java 21 or newer
-PROVIDER_SOURCES = Path(__file__).with_name("keycloak_scram")
-PROVIDER_JAR = "enmesh-scram.jar"
+# The SHA-1 Maven Central publishes beside each release enmesh runs, recorded here so a
+# cached archive (or one the deployer copied to an air-gapped host) is checked with no
+# network; another version's is asked of Maven Central.
+KNOWN_SHA1 = {"26.5.6": "d899ed0a9e2da32a15924f87121f9e93cef6d981"}
 
 
 def archive_url(version: str = VERSION) -> str:
@@ -54,10 +57,17 @@ def fetch(version: str = VERSION, cache: Path = CACHE) -> Path:
         return _fetch(version, cache)
 
 
+def _expected_sha1(version: str) -> str:
+    if version in KNOWN_SHA1:
+        return KNOWN_SHA1[version]
+    with urllib.request.urlopen(archive_url(version) + ".sha1", timeout=60) as answer:
+        published: bytes = answer.read()
+    return published.decode().split()[0].strip().lower()
+
+
 def _fetch(version: str, cache: Path) -> Path:
     archive = cache / f"keycloak-quarkus-dist-{version}.tar.gz"
-    with urllib.request.urlopen(archive_url(version) + ".sha1", timeout=60) as answer:
-        expected = answer.read().decode().split()[0].strip().lower()
+    expected = _expected_sha1(version)
     if archive.exists() and _sha1(archive) == expected:
         return archive
     partial = archive.with_suffix(".part")
@@ -100,9 +110,10 @@ def java_home() -> Path:
 def build_digest() -> str:
     """What a built copy depends on besides the release: the options and the provider."""
     digest = hashlib.sha256(" ".join(BUILD_OPTIONS).encode())
-    for source in sorted(p for p in PROVIDER_SOURCES.rglob("*") if p.is_file()):
-        digest.update(source.relative_to(PROVIDER_SOURCES).as_posix().encode() + b"\0")
-        digest.update(source.read_bytes())
+    digest.update(build_script("SRC", "LIB", "OUT", "TMP").encode())
+    for name in source_files():
+        digest.update(name.encode() + b"\0")
+        digest.update((PROVIDER_SOURCES / name).read_bytes())
     return digest.hexdigest()[:12]
 
 
@@ -146,30 +157,21 @@ def _extract(archive: Path, staging: Path) -> None:
 
 
 def _build_provider(home: Path) -> None:
-    """Compile the provider against this distribution's own jars into providers/."""
-    javac, jar = (java_home() / "bin" / tool for tool in ("javac", "jar"))
-    if not javac.exists():
+    """Compile the provider against this distribution's own jars into providers/
+    (enmesh.deploy.keycloak_provider's recipe, with the JDK Keycloak runs on)."""
+    bin_dir = java_home() / "bin"
+    if not (bin_dir / "javac").exists():
         raise RuntimeError(f"{java_home()} has no javac: Keycloak's provider needs a JDK")
     with tempfile.TemporaryDirectory(prefix="enmesh-keycloak-provider-") as tmp:
-        classes = Path(tmp)
-        sources = sorted(str(p) for p in PROVIDER_SOURCES.rglob("*.java"))
-        classpath = str(home / "lib" / "lib" / "main" / "*")
-        options = ["--release", str(MIN_JAVA), "-cp", classpath, "-d", str(classes)]
-        compiled = subprocess.run(
-            [str(javac), *options, *sources],
-            check=False,
-            capture_output=True,
-            text=True,
+        script = build_script(
+            str(PROVIDER_SOURCES), str(home / "lib" / "lib" / "main"), str(home / "providers"), tmp
         )
-        if compiled.returncode != 0:
-            raise RuntimeError(f"compiling {PROVIDER_SOURCES}: {compiled.stderr.strip()}")
-        shutil.copytree(PROVIDER_SOURCES / "META-INF", classes / "META-INF")
-        target = home / "providers" / PROVIDER_JAR
-        subprocess.run(
-            [str(jar), "--create", "--file", str(target), "-C", str(classes), "."],
-            check=True,
-            capture_output=True,
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        built = subprocess.run(
+            ["sh", "-c", script], env=env, check=False, capture_output=True, text=True
         )
+        if built.returncode != 0:
+            raise RuntimeError(f"building {PROVIDER_SOURCES}: {built.stderr.strip()}")
 
 
 def main() -> None:
@@ -181,7 +183,15 @@ def main() -> None:
         action="store_true",
         help='print {"home": ..., "java": ...} as JSON (the built server and the JDK to run it)',
     )
+    parser.add_argument(
+        "--fetch-only",
+        action="store_true",
+        help="only fetch (or find) and check the release archive; print its path",
+    )
     args = parser.parse_args()
+    if args.fetch_only:
+        print(fetch(args.version, args.cache))
+        return
     home = installed(args.version, args.cache)
     if args.describe:
         print(json.dumps({"home": str(home), "java": str(java_home())}))

@@ -11,12 +11,15 @@ changed since the last run gets its password set again.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from enmesh.auth.admin import KeycloakAdmin, KeycloakAdminError
 from enmesh.auth.realm import ConsoleClient
-from enmesh.auth.sync import SyncResult, sync_realm
+from enmesh.auth.sync import SyncResult, sync_realm, sync_wanted, wanted_of_export
 from enmesh.compile import console, load_stack
 from enmesh.compile.auth import sasl_identity
 from enmesh.compile.identity import (
@@ -118,9 +121,10 @@ def describe_skipped(result: SyncResult) -> str:
     )
 
 
-def _run(args: argparse.Namespace) -> int:
+def _report(sync: Callable[[], SyncResult]) -> int:
+    """Run a sync and say what it did (a step's output and exit code)."""
     try:
-        result = sync_stack_users(args.stack, args.secrets, args.ca, args.url)
+        result = sync()
     except (KeycloakAdminError, SecretMissingError) as error:
         print(f"error: {error}", flush=True)
         return 1
@@ -128,6 +132,32 @@ def _run(args: argparse.Namespace) -> int:
     if result.skipped:
         print(f"warning: {describe_skipped(result)}", flush=True)
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    return _report(lambda: sync_stack_users(args.stack, args.secrets, args.ca, args.url))
+
+
+def sync_realm_file(realm_file: Path, url: str, ca_file: Path, admin_password: str) -> SyncResult:
+    """Make Keycloak hold a realm export (the Kubernetes program's realm Secret): imported
+    where the realm is missing, else its managed groups and users aligned. No record of
+    earlier passwords exists there, so every managed user's password is set again; this
+    runs when the export changed, and a remembered login then needs one password grant."""
+    try:
+        export = json.loads(realm_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise SecretMissingError(f"cannot read the realm {realm_file}: {error}") from None
+    wanted = wanted_of_export(export)
+    admin = KeycloakAdmin(url, str(ca_file), ADMIN_USER, admin_password)
+    return sync_wanted(admin, wanted, reset=set(wanted.users))
+
+
+def _run_realm(args: argparse.Namespace) -> int:
+    password = os.environ.get(args.admin_password_env, "")
+    if not password:
+        print(f"error: no Keycloak admin password in ${args.admin_password_env}", flush=True)
+        return 1
+    return _report(lambda: sync_realm_file(args.realm_file, args.url, args.ca, password))
 
 
 def add_step(steps: Any) -> None:
@@ -139,3 +169,17 @@ def add_step(steps: Any) -> None:
     step.add_argument("--ca", type=Path, required=True, metavar="FILE", help="the stack's CA")
     step.add_argument("--url", metavar="URL", help="Keycloak's https URL (default: the stack's)")
     step.set_defaults(run=_run)
+    realm = steps.add_parser(
+        "keycloak-realm",
+        help="make Keycloak hold a realm export (the Kubernetes stacks' sync Job runs it)",
+    )
+    realm.add_argument("--realm-file", type=Path, required=True, metavar="FILE")
+    realm.add_argument("--url", required=True, metavar="URL", help="Keycloak's https URL")
+    realm.add_argument("--ca", type=Path, required=True, metavar="FILE", help="the stack's CA")
+    realm.add_argument(
+        "--admin-password-env",
+        default="KEYCLOAK_ADMIN_PASSWORD",
+        metavar="NAME",
+        help="environment variable holding the bootstrap administrator's password",
+    )
+    realm.set_defaults(run=_run_realm)

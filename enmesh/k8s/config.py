@@ -111,7 +111,10 @@ class KubeStackConfig(BaseModel):
     # keycloak: the routers ask Keycloak through enmesh-auth; sasldb: their own database
     # (no Keycloak, enmesh-auth or PostgreSQL deployed).
     identity: IdentityProvider = IdentityProvider.KEYCLOAK
-    keycloakImage: str = "quay.io/keycloak/keycloak:26.0.7"  # noqa: N815
+    # The release the hosts run (enmesh.deploy.keycloak_dist.VERSION): enmesh's provider
+    # is compiled against the image's own jars, in `jdkImage`, by an init container.
+    keycloakImage: str = "quay.io/keycloak/keycloak:26.5.6"  # noqa: N815
+    jdkImage: str = "eclipse-temurin:21-jdk"  # noqa: N815
     postgresImage: str = "postgres:16.6"  # noqa: N815
     keycloakStorageSize: Quantity = "5Gi"  # noqa: N815
     # The cluster runs the Prometheus operator: PodMonitor, ServiceMonitor, PrometheusRule.

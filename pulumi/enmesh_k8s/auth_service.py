@@ -55,6 +55,7 @@ class AuthService(pulumi.ComponentResource):
                 f"--keycloak-url={keycloak_url(compiled)}",
                 f"--keycloak-ca={TLS_DIR}/{CA_FILE}",
                 f"--lookup-secret-file={SECRET_DIR}/{LOOKUP_SECRET[1]}",
+                "--scram",  # Keycloak's pod builds enmesh's provider in (keycloak_provider.py)
             ],
             ports=[core.ContainerPortArgs(name="amqps", container_port=AUTH_PORT)],
             volume_mounts=[w.mount("tls", TLS_DIR), w.mount("lookup", SECRET_DIR)],

@@ -17,7 +17,9 @@ from enmesh.auth.realm import realm_json
 from enmesh.compile.identity import REALM
 from enmesh.k8s.config import KubeStackConfig
 from enmesh.k8s.layout import KEYCLOAK_HTTPS, KubeLayout
+from enmesh_k8s import keycloak_provider as provider
 from enmesh_k8s import workload as w
+from enmesh_k8s.keycloak_sync import realm_sync_job
 from enmesh_k8s.network import POSTGRES
 
 core = k8s.core.v1
@@ -76,6 +78,11 @@ class Keycloak(pulumi.ComponentResource):
             string_data={f"{REALM}-realm.json": realm_file},
             opts=child,
         )
+        provider_sources = provider.sources_config_map(
+            f"{name}-provider",
+            w.metadata(f"{names.keycloak}-provider", namespace, _labels(names.stack)),
+            child,
+        )
         self._database(name, layout, config, self.admin_secret_name, child)
         host = config.dnsNames[0] if config.dnsNames else names.service_host(names.keycloak)
         self.url = f"https://{host}:{KEYCLOAK_HTTPS}/realms/{REALM}"
@@ -86,6 +93,17 @@ class Keycloak(pulumi.ComponentResource):
             host,
             self.admin_secret_name,
             realm_secret.metadata.apply(lambda m: str(m.name)),
+            provider_sources.metadata.apply(lambda m: str(m.name)),
+            tls_secret,
+            child,
+        )
+        realm_sync_job(
+            f"{name}-realm-sync",
+            layout,
+            config,
+            realm_file,
+            realm_secret.metadata.apply(lambda m: str(m.name)),
+            self.admin_secret_name,
             tls_secret,
             child,
         )
@@ -165,6 +183,7 @@ class Keycloak(pulumi.ComponentResource):
         host: str,
         credentials: pulumi.Output[str],
         realm_secret: pulumi.Output[str],
+        provider_sources: pulumi.Output[str],
         tls_secret: pulumi.Input[str],
         opts: pulumi.ResourceOptions,
     ) -> None:
@@ -212,6 +231,7 @@ class Keycloak(pulumi.ComponentResource):
                 # `start` re-augments the server into lib/quarkus on a read-only image.
                 w.mount("quarkus", "/opt/keycloak/lib/quarkus", read_only=False),
                 w.mount("tmp", "/tmp", read_only=False),
+                provider.providers_mount(),  # enmesh's SCRAM keys (built by the init containers)
             ],
             resources=w.resources("500m", "1Gi"),
             security_context=w.container_security(),
@@ -237,8 +257,10 @@ class Keycloak(pulumi.ComponentResource):
                         service_account_name=names.keycloak,
                         automount_service_account_token=False,
                         security_context=w.pod_security(KEYCLOAK_USER),
+                        init_containers=provider.init_containers(config),
                         containers=[container],
                         volumes=[
+                            *provider.volumes(provider_sources),
                             w.tls_volume("tls", tls_secret),
                             w.tls_volume("realm", realm_secret),
                             w.empty_dir("data", "256Mi"),

@@ -346,3 +346,20 @@ def connect(stack: AuthStack, user: str, password: str, vhost: str, port: int = 
         allowed_mechs="PLAIN",
         allow_insecure_mechs=True,  # plain AMQP on loopback: the test's own machine
     )
+
+
+def shop_sender(name: str) -> str:
+    """A model document: user `name` of shop, who may send to `audit` (a right no fixture
+    user has, so its group appears and goes with the user)."""
+    return f"""
+---
+apiVersion: enmesh.io/v1
+kind: MessagingUser
+metadata: {{name: shop.{name}}}
+spec:
+  addressSpace: shop
+  username: {name}
+  authentication: {{passwordSecret: {{name: shop-{name}, key: password}}}}
+  authorization:
+    - {{operations: [send], addresses: [audit]}}
+"""

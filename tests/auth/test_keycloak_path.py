@@ -33,6 +33,7 @@ from tests.auth.conftest import (
     connect,
     may,
     new_user,
+    shop_sender,
     tls_options,
 )
 from tests.mqtt.conftest import Device, GatewayProcess
@@ -248,18 +249,7 @@ def test_console_logins_on_a_keycloak_stack(compiled: CompiledStack) -> None:
         assert "shop" in spaces and "lab" in spaces
 
 
-GINA = """
----
-apiVersion: enmesh.io/v1
-kind: MessagingUser
-metadata: {name: shop.gina}
-spec:
-  addressSpace: shop
-  username: gina
-  authentication: {passwordSecret: {name: shop-gina, key: password}}
-  authorization:
-    - {operations: [send], addresses: [audit]}
-"""
+GINA = shop_sender("gina")
 
 
 def _rights(stack: AuthStack, user: str, password: str, address: str) -> tuple[bool, bool]:
@@ -307,7 +297,7 @@ def test_the_model_reaches_keycloak_users_made_by_hand_stay(
     assert sync_realm(admin, _model(tmp_path), PASSWORDS).unchanged
 
 
-HANA = GINA.replace("gina", "hana")
+HANA = shop_sender("hana")
 
 
 def test_apply_on_a_keycloak_stack_manages_its_users_in_keycloak(compiled: CompiledStack) -> None:

@@ -1,5 +1,7 @@
 """SCRAM-SHA-256 through enmesh-router's authServicePlugin and enmesh-auth, against a real
-Keycloak whose enmesh provider (enmesh/deploy/keycloak_scram) serves the users' keys."""
+Keycloak whose enmesh provider (enmesh/deploy/keycloak_scram) serves the users' keys; and
+the Kubernetes program's Keycloak steps run here against it (the provider's build in
+init containers, the realm sync Job's command)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,16 @@ import base64
 import hashlib
 import hmac
 import json
+import os
+import re
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +28,12 @@ from proton.utils import BlockingConnection
 from enmesh.auth.admin import KeycloakAdmin
 from enmesh.auth.keycloak import KeycloakSettings
 from enmesh.auth.lookup import LOOKUP_CLIENT, UserLookup
-from enmesh.auth.realm import HASH_ITERATIONS, PASSWORD_POLICY
+from enmesh.auth.realm import HASH_ITERATIONS, PASSWORD_POLICY, realm_json
 from enmesh.auth.sync import sync_realm
-from enmesh.model import load_model
+from enmesh.deploy import keycloak_dist
+from enmesh.deploy.keycloak_provider import PROVIDER_JAR
+from enmesh.k8s.schema import pod_spec
+from enmesh.model import Model, load_model
 from tests.auth.conftest import (
     LOOKUP_SECRET,
     MODEL,
@@ -32,11 +43,15 @@ from tests.auth.conftest import (
     connect,
     may,
     new_user,
+    shop_sender,
     tls_options,
 )
+from tests.pulumi.conftest import capture_of
+from tests.support.keycloak import Keycloak
 from tests.support.mesh import wait_until
 
 SCRAM = "SCRAM-SHA-256"
+ENMESH = Path(sys.executable).parent / "enmesh"
 
 
 def scram(stack: AuthStack, user: str, password: str, port: int = 0) -> Any:
@@ -255,3 +270,98 @@ def test_the_providers_answer_gives_the_admin_apis_user_state(stack: AuthStack) 
     assert after == admin_api.state("ivan@shop")
     assert after is not None and after.password_stamp != before.password_stamp
     assert provider.state("nobody@shop") is None and admin_api.state("nobody@shop") is None
+
+
+def _named(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(o for o in objects if o["metadata"]["name"] == name)
+
+
+def test_the_kubernetes_init_containers_build_the_provider_keycloak_loads(
+    keycloak: Keycloak, tmp_path: Path
+) -> None:
+    """The init containers' two steps on this machine, against the distribution this module's
+    Keycloak runs: the sources laid out as a ConfigMap volume presents them (every entry a
+    link into `..data`), Keycloak's jars copied as the first container does, the recipe in
+    a JDK. The jar holds the provider's classes and its service entry, byte for byte the
+    classes of the jar built into the running (SCRAM-serving) Keycloak."""
+    pod = capture_of("local")
+    spec = pod_spec(
+        next(o for o in pod.kind("Deployment") if o["metadata"]["name"] == "local-keycloak")
+    )
+    assert spec is not None
+    copy, build = spec["initContainers"]
+    config_map = next(
+        o for o in pod.kind("ConfigMap") if o["metadata"]["name"] == "local-keycloak-provider"
+    )
+    volume = next(v for v in spec["volumes"] if v["name"] == "provider-src")
+    src = tmp_path / "provider" / "src"
+    data = src / "..2026_11_27"
+    for item in volume["configMap"]["items"]:
+        target = data / item["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(config_map["data"][item["key"]])
+    (src / "..data").symlink_to(data.name)
+    for top in sorted({Path(i["path"]).parts[0] for i in volume["configMap"]["items"]}):
+        (src / top).symlink_to(Path("..data") / top)
+    rooted = {
+        "/opt/keycloak/lib/lib/main": str(keycloak.home / "lib" / "lib" / "main"),
+        "/provider/": f"{tmp_path}/provider/",
+        "/tmp": str(tmp_path / "work"),
+    }
+
+    def here(command: str) -> str:  # one pass: a local path may hold a pod's path
+        pattern = "|".join(re.escape(p) for p in sorted(rooted, key=len, reverse=True))
+        return re.sub(pattern, lambda found: rooted[found[0]], command)
+
+    for directory in ("lib", "out"):
+        (tmp_path / "provider" / directory).mkdir()
+    (tmp_path / "work").mkdir()
+    env = {**os.environ, "PATH": f"{keycloak_dist.java_home()}/bin:{os.environ['PATH']}"}
+    for container in (copy, build):
+        shell, flag, script = container["command"]
+        subprocess.run([shell, flag, here(script)], env=env, check=True)
+    built = zipfile.ZipFile(tmp_path / "provider" / "out" / PROVIDER_JAR)
+    running = zipfile.ZipFile(keycloak.home / "providers" / PROVIDER_JAR)
+    classes = sorted(n for n in running.namelist() if n.endswith(".class"))
+    assert classes and sorted(n for n in built.namelist() if n.endswith(".class")) == classes
+    service = "META-INF/services/org.keycloak.services.resource.RealmResourceProviderFactory"
+    assert built.read(service) == running.read(service)
+    assert all(built.read(n) == running.read(n) for n in classes)
+
+
+def test_the_kubernetes_realm_sync_step_brings_a_changed_realm_to_keycloak(
+    stack: AuthStack, tmp_path: Path
+) -> None:
+    """What the realm sync Job runs (`enmesh deploy keycloak-realm`, the realm Secret's
+    export): a user added to the export is created with its groups and can log in; the
+    export without it removes it; a hand-made user stays; a wrong admin password is an
+    error that changes nothing."""
+    keycloak = stack.keycloak
+    new_user(stack, "kim@shop", "kim-secret", "recv_orders")  # by hand, in Keycloak
+    model_file = tmp_path / "keycloak.model.yml"
+    model_file.write_text(MODEL.read_text() + shop_sender("lena"))
+    passwords = {**PASSWORDS, "shop-lena": "lena-secret"}
+    realm_file = tmp_path / "enmesh-realm.json"
+
+    def run(model: Model, admin_password: str) -> subprocess.CompletedProcess[str]:
+        realm_file.write_text(realm_json(model, passwords, LOOKUP_SECRET))
+        command = [str(ENMESH), "deploy", "keycloak-realm", f"--realm-file={realm_file}"]
+        command += [f"--url={keycloak.url}", f"--ca={stack.pki.ca_cert}"]
+        env = {**os.environ, "KEYCLOAK_ADMIN_PASSWORD": admin_password}
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+
+    wrong_admin = run(load_model([model_file]), "not-the-admin-password")
+    assert wrong_admin.returncode == 1 and wrong_admin.stdout.startswith("error: ")
+    added = run(load_model([model_file]), keycloak.admin_password)
+    assert added.returncode == 0, added.stdout
+    assert "created: /shop/send_audit, lena@shop" in added.stdout
+    lena = scram(stack, "lena@shop", "lena-secret")
+    try:
+        assert may(lena, "audit", receive=False)
+    finally:
+        lena.close()
+    removed = run(load_model([MODEL]), keycloak.admin_password)
+    assert "removed: /shop/send_audit, lena@shop" in removed.stdout
+    assert "unauthorized" in refused(stack, "lena@shop", "lena-secret")
+    kim = connect(stack, "kim@shop", "kim-secret", "shop")
+    kim.close()

@@ -5,11 +5,13 @@ reach it; `enmesh:identity: sasldb` deploys no Keycloak, enmesh-auth or database
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
 
 from enmesh.console.main import routers_of
+from enmesh.deploy.keycloak_provider import PROVIDER_SOURCES, build_script, source_files
 from enmesh.k8s.capture import Capture
 from enmesh.k8s.schema import containers, hardening_problems, pod_spec, schema_problems
 from tests.pulumi.conftest import capture_of, run_with
@@ -40,14 +42,63 @@ def test_router_configs_point_at_the_auth_service() -> None:
     assert "port: 5671" in plugin
     amqps = next(b for b in re.findall(r"listener \{\n(.*?)\n\}", conf, re.S) if "amqps" in b)
     assert "saslPlugin: enmesh-auth" in amqps and "saslMechanisms: SCRAM-SHA-256 PLAIN" in amqps
-    # Keycloak's image here has no enmesh provider: enmesh-auth offers PLAIN alone, and the
-    # router offers what both lists have.
+    # Keycloak's pod builds enmesh's provider in: enmesh-auth offers SCRAM-SHA-256 too.
     auth = _named(capture, "Deployment", "local-auth")
     (container,) = auth["spec"]["template"]["spec"]["containers"]
-    assert "--scram" not in container["command"]
+    assert "--scram" in container["command"]
     assert any(a.startswith("--lookup-secret-file=") for a in container["command"])
     service = _named(capture, "Service", "local-auth")
     assert [p["port"] for p in service["spec"]["ports"]] == [5671]
+
+
+def test_keycloaks_pod_builds_enmeshs_provider_from_its_sources() -> None:
+    """Init containers: Keycloak's own jars copied out of its image, the provider's
+    sources (a ConfigMap, laid out as in the package) compiled against them in a JDK
+    image by the hosts' recipe, the jar mounted where Keycloak loads providers.
+    tests/auth runs the same script against a real distribution."""
+    capture = capture_of("local")
+    spec = pod_spec(_named(capture, "Deployment", "local-keycloak"))
+    assert spec is not None
+    copy, build = spec["initContainers"]
+    assert copy["image"] == "quay.io/keycloak/keycloak:26.5.6"
+    assert copy["command"][-1] == "cp /opt/keycloak/lib/lib/main/*.jar /provider/lib/"
+    assert build["image"] == "eclipse-temurin:21-jdk"
+    assert build["command"][-1] == build_script(
+        "/provider/src", "/provider/lib", "/provider/out", "/tmp"
+    )
+    sources = _named(capture, "ConfigMap", "local-keycloak-provider")["data"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "provider-src"]
+    laid_out = {i["path"]: sources[i["key"]] for i in volume["configMap"]["items"]}
+    assert sorted(laid_out) == source_files()
+    assert all(laid_out[p] == (PROVIDER_SOURCES / p).read_text() for p in laid_out)
+    (keycloak,) = spec["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in keycloak["volumeMounts"]}
+    assert mounts["providers"] == "/opt/keycloak/providers"
+
+
+def test_a_job_syncs_the_realm_into_a_running_keycloak() -> None:
+    """`--import-realm` only acts at Keycloak's first start: the realm sync Job brings a
+    changed realm to a running one, with the realm Secret, the CA (not Keycloak's key) and
+    the admin password from its Secret; its template carries the realm's digest, so a
+    changed realm replaces (reruns) the Job."""
+    capture = capture_of("local")
+    job = _named(capture, "Job", "local-keycloak-sync")
+    spec = pod_spec(job)
+    assert spec is not None and spec["restartPolicy"] == "OnFailure"
+    (container,) = spec["containers"]
+    assert container["command"][:3] == ["enmesh", "deploy", "keycloak-realm"]
+    assert "--url=https://local-keycloak.enmesh.svc.cluster.local:8443" in container["command"]
+    (env,) = container["env"]
+    assert env["valueFrom"]["secretKeyRef"] == {
+        "name": "local-keycloak-credentials",
+        "key": "admin-password",
+    }
+    volumes = {v["name"]: v["secret"] for v in spec["volumes"]}
+    assert volumes["realm"]["secretName"] == "local-keycloak-realm"
+    assert volumes["ca"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    realm = _named(capture, "Secret", "local-keycloak-realm")["stringData"]["enmesh-realm.json"]
+    digest = job["spec"]["template"]["metadata"]["annotations"]["enmesh.io/realm-digest"]
+    assert digest == hashlib.sha256(realm.encode()).hexdigest()[:16]
 
 
 def test_auth_service_runs_with_the_stacks_ca_and_the_lookup_client() -> None:

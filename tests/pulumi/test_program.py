@@ -65,10 +65,11 @@ def test_the_schema_check_rejects_a_broken_object() -> None:
 def test_every_container_is_limited_probed_and_unprivileged(stack: str) -> None:
     capture = capture_of(stack)
     workloads = [o for o in capture.objects if pod_spec(o) is not None]
-    assert {o["kind"] for o in workloads} == {"StatefulSet", "Deployment"}
-    # router (+ its sasldb init container and sidecar), rabbitmq, keycloak, postgres,
+    assert {o["kind"] for o in workloads} == {"StatefulSet", "Deployment", "Job"}
+    # router (+ its sasldb init container and sidecar), rabbitmq, keycloak (+ the two init
+    # containers that build enmesh's provider, and its realm sync Job), postgres,
     # enmesh-auth, mqtt gateway, console
-    assert sum(1 for o in workloads for _ in containers(o)) == 9
+    assert sum(1 for o in workloads for _ in containers(o)) == 12
     assert hardening_problems(capture.objects) == []
     for obj in workloads:
         spec = pod_spec(obj)
@@ -315,6 +316,7 @@ def test_only_the_brokers_service_account_gets_an_api_token(stack: str) -> None:
         f"{stack}-router": False,
         f"{stack}-keycloak": False,
         f"{stack}-keycloak-db": False,
+        f"{stack}-keycloak-sync": False,
         f"{stack}-auth": False,
         f"{stack}-mqtt": False,
         f"{stack}-console": False,

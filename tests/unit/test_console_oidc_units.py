@@ -13,8 +13,8 @@ import pytest
 
 from enmesh.auth.bearer import _token_verdict, is_realm_token
 from enmesh.auth.frames import AUTH, OK
-from enmesh.auth.realm import CONSOLE_CLIENT, ConsoleClient, realm_json
-from enmesh.auth.sync import SyncResult, _Realm
+from enmesh.auth.realm import CONSOLE_CLIENT, ConsoleClient, realm_json, space_groups
+from enmesh.auth.sync import SyncResult, _Realm, _wanted_users, wanted_of_export
 from enmesh.console.oidc import OidcError, OidcLogin, OidcSettings, Tokens
 from enmesh.model import load_model
 
@@ -101,18 +101,18 @@ def test_the_sync_creates_the_console_client_then_puts_back_what_changed() -> No
     client = ConsoleClient("s3cret", "https://127.0.0.1:9443")
     missing = FakeAdmin([])
     result = SyncResult()
-    _Realm(missing, result).align_console_client(client)
+    _Realm(missing, result).align_client(client.representation())
     assert [c[:2] for c in missing.calls][-1] == ("POST", "/enmesh/clients")
     assert result.created == ["client enmesh-console"]
 
     current = {"id": "c1", **client.representation()}
     same = FakeAdmin([current])
-    _Realm(same, SyncResult()).align_console_client(client)
+    _Realm(same, SyncResult()).align_client(client.representation())
     assert [c[0] for c in same.calls] == ["GET"]
 
     moved = FakeAdmin([{**current, "redirectUris": ["https://old:1/cb"], "secret": "old"}])
     result = SyncResult()
-    _Realm(moved, result).align_console_client(client)
+    _Realm(moved, result).align_client(client.representation())
     method, path, body = moved.calls[-1]
     assert (method, path) == ("PUT", "/enmesh/clients/c1")
     assert body["secret"] == "s3cret" and body["redirectUris"] == current["redirectUris"]
@@ -142,3 +142,15 @@ def test_tokens_say_who_and_when_they_expire() -> None:
     assert (tokens.identity, tokens.groups, tokens.expiring()) == ("olga@shop", ("/a",), False)
     expired = Tokens.of({"access_token": jwt({"exp": 1}), "refresh_token": "r"})
     assert expired.expiring()
+
+
+def test_a_realm_export_asks_for_what_its_model_asks_for() -> None:
+    """The Kubernetes sync Job reads the realm Secret, not the model: the same groups,
+    users, rights and passwords come out of it; service accounts are not users to align."""
+    model = load_model([Path(__file__).parents[1] / "fixtures" / "keycloak.model.yml"])
+    passwords = {"shop-alice": "a", "shop-bob": "b", "lab-carol": "c"}
+    export = json.loads(realm_json(model, passwords, lookup_secret="l"))
+    wanted = wanted_of_export(export)
+    assert wanted.groups == space_groups(model)
+    assert wanted.users == _wanted_users(model, passwords)
+    assert wanted.export == export and wanted.clients == ()

@@ -36,3 +36,23 @@ def test_the_keycloak_archive_may_not_write_outside_its_directory(tmp_path: Path
     with pytest.raises(RuntimeError, match="'keycloak/bin/escape' points outside it"):
         keycloak_dist._extract(archive, tmp_path / "staging")
     assert not (tmp_path / "staging").exists()
+
+
+def test_a_cached_archive_of_a_known_release_is_checked_without_the_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An air-gapped host: the deployer copied the archive into the cache; its SHA-1 is
+    the one recorded for the release, so no request is made. A damaged copy is not used:
+    fetching a good one needs the network, and here that fails loudly."""
+    archive = tmp_path / "keycloak-quarkus-dist-0.0.1.tar.gz"
+    archive.write_bytes(b"the release")
+    monkeypatch.setitem(keycloak_dist.KNOWN_SHA1, "0.0.1", keycloak_dist._sha1(archive))
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise OSError("no network on this host")
+
+    monkeypatch.setattr(keycloak_dist.urllib.request, "urlopen", offline)
+    assert keycloak_dist.fetch("0.0.1", tmp_path) == archive
+    archive.write_bytes(b"damaged in transit")
+    with pytest.raises(OSError, match="no network"):
+        keycloak_dist.fetch("0.0.1", tmp_path)
