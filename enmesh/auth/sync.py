@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from enmesh.auth.admin import KeycloakAdminError
 from enmesh.auth.realm import (
+    CONSOLE_CLIENT,
     MANAGED,
     ConsoleClient,
     realm_json,
@@ -231,7 +232,8 @@ def sync_realm(
 
 
 def wanted_of_export(export: Mapping[str, Any]) -> RealmWanted:
-    """What a realm export (as realm_json writes it) asks for: its managed groups and users."""
+    """What a realm export (as realm_json writes it) asks for: its managed groups and
+    users, and the console's client if it has one."""
     groups = {
         str(g["name"]): {str(sub["name"]) for sub in g.get("subGroups", [])}
         for g in export.get("groups", [])
@@ -246,7 +248,8 @@ def wanted_of_export(export: Mapping[str, Any]) -> RealmWanted:
         subgroups = frozenset(p.rsplit("/", 1)[1] for p in paths if p.startswith(f"/{space}/"))
         password = str(user["credentials"][0]["value"])
         users[str(user["username"])] = _Wanted(space, subgroups, password)
-    return RealmWanted(export, groups, users)
+    console = tuple(c for c in export.get("clients", []) if c.get("clientId") == CONSOLE_CLIENT)
+    return RealmWanted(export, groups, users, console)
 
 
 def sync_wanted(api: AdminApi, wanted: RealmWanted, reset: Set[str] = frozenset()) -> SyncResult:

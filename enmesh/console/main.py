@@ -88,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the stack runs on Kubernetes: changes are refused (they are `pulumi up`'s), "
         "messages stored come from --prometheus (deploy.json names none there)",
     )
+    parser.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="where browsers reach the console, if not https://HOST:PORT (Keycloak's "
+        "login sends them back there)",
+    )
     parser.add_argument("--rabbitmq-node", default="rabbit@localhost", metavar="NODE")
     parser.add_argument("--supervisor-config", default=SUPERVISOR_CONFIG, metavar="FILE")
     return parser
@@ -117,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         stored = kubernetes.stored_messages(prometheus)
     else:
         prometheus, target, stored = args.prometheus or _prometheus(deployment), on_host, None
+    public_url = args.public_url or f"https://{args.host}:{args.port}"
     settings = Settings(
         stack_file=stack_file,
         routers=routers_of(deployment),
@@ -125,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         administrator=args.administrator,
         prometheus=prometheus,
         stored=stored,
-        oidc=oidc_of(deployment, f"https://{args.host}:{args.port}", Path(deployment["ca"])),
+        oidc=oidc_of(deployment, public_url, Path(deployment["ca"])),
     )
     uvicorn.run(
         create_app(settings),

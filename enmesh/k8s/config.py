@@ -32,6 +32,7 @@ DnsLabel = Annotated[
     str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ]
 ServicePort = Annotated[int, Field(ge=0, le=65535)]
+ConsoleUrl = Annotated[str, StringConstraints(pattern=r"^https://[^/?#\s]+/?$")]
 PrometheusUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$")]
 DnsName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9*]([-a-z0-9.]*[a-z0-9])?$")]
 KubernetesVersion = Annotated[str, StringConstraints(pattern=r"^1\.[0-9]{2}$")]
@@ -125,6 +126,10 @@ class KubeStackConfig(BaseModel):
     console: bool = True
     # A Prometheus that scrapes the stack, for the console's charts and stored counts.
     consolePrometheus: PrometheusUrl | None = None  # noqa: N815
+    # Where browsers reach the console (`https://localhost:8443` through `kubectl
+    # port-forward`, or your ingress): with Keycloak, its login through Keycloak (OIDC)
+    # redirects back there. Browsers must reach Keycloak too, by `dnsNames`.
+    consoleUrl: ConsoleUrl | None = None  # noqa: N815
     region: str | None = None
     nodeCount: Annotated[int, Field(ge=1, le=100)] | None = None  # noqa: N815
     nodeSize: str | None = None  # noqa: N815
@@ -175,10 +180,27 @@ class KubeStackConfig(BaseModel):
                 f"{NAMESPACE}:consolePrometheus: only with {NAMESPACE}:console: true "
                 "(the console is its only reader)"
             )
+        problems += self._console_url_problems()
         problems += self._mqtt_port_problems()
         if problems:
             raise ValueError("; ".join(sorted(set(problems))))
         return self
+
+    def _console_url_problems(self) -> list[str]:
+        if self.consoleUrl is None:
+            return []
+        key = f"{NAMESPACE}:consoleUrl"
+        if not self.console or self.identity is not IdentityProvider.KEYCLOAK:
+            return [
+                f"{key}: only with {NAMESPACE}:console: true and {NAMESPACE}:identity: "
+                "keycloak (it is where Keycloak sends a browser back after its login)"
+            ]
+        if not self.dnsNames:
+            return [
+                f"{key}: browsers must reach Keycloak's login page too: give "
+                f"{NAMESPACE}:dnsNames the name it is reached by"
+            ]
+        return []
 
     def _mqtt_port_problems(self) -> list[str]:
         ports = [self.mqttPort, self.mqttsPort, self.mqttWsPort, self.mqttWssPort]

@@ -10,7 +10,8 @@ The console is a reader of the stack (docs/console.md), run with `--kubernetes`:
   (the routers' ids, hosts and amqps port, and the CA it trusts), read at start, so a
   change of the plans' router count rolls the pod (`enmesh.io/restart-hash`);
 - Prometheus, when `consolePrometheus` names one (charts, messages stored).
-Logins are SASL connections (PLAIN over TLS) to the routers, as on hosts. Model changes
+Logins are SASL connections (PLAIN over TLS) to the routers, as on hosts; with Keycloak and
+`consoleUrl`, users may log in through Keycloak too (enmesh.console.oidc). Model changes
 are refused: on Kubernetes they are `pulumi up`'s. Closing a connection is a management
 write to a router and works. One replica: sessions live in the console's memory.
 """
@@ -26,8 +27,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from enmesh.compile.identity import CONSOLE_SECRET, REALM
 from enmesh.k8s.config import KubeStackConfig
-from enmesh.k8s.layout import KubeLayout
+from enmesh.k8s.layout import KEYCLOAK_HTTPS, KubeLayout
 from enmesh_k8s import workload as w
 from enmesh_k8s.tls import CA_FILE
 
@@ -37,6 +39,7 @@ PORT = 8443
 CERTIFICATE = "console"
 TLS_DIR = "/etc/enmesh-console-tls"
 CONFIG_DIR = "/etc/enmesh-console"  # --config-dir and --stacks-dir: the ConfigMap
+OIDC_DIR = "/etc/enmesh-console-oidc"  # its Keycloak client's secret
 LOGIN_PAGE = "/login"  # needs no session: what the probes ask for
 
 
@@ -50,10 +53,11 @@ def certificate_names(layout: KubeLayout, dns_names: list[str]) -> list[str]:
     return sorted({service, layout.names.service_host(service), "localhost", *dns_names})
 
 
-def console_deployment(layout: KubeLayout) -> dict[str, Any]:
+def console_deployment(layout: KubeLayout, config: KubeStackConfig) -> dict[str, Any]:
     """The console's `deploy.json`: every router the autoscaler may start, by pod name,
     and the CA of their certificates (the client certificates carry the pod names). With
-    Keycloak, the administrator logs in on the amqp port (the routers' own database)."""
+    Keycloak, the administrator logs in on the amqp port (the routers' own database); with
+    `consoleUrl` too, users may log in through Keycloak (its URL as browsers reach it)."""
     ports = ("amqps", "amqp")
     routers = [
         {"id": r["id"], "host": r["host"], "ports": {p: r["ports"][p] for p in ports}}
@@ -63,11 +67,22 @@ def console_deployment(layout: KubeLayout) -> dict[str, Any]:
         "stack": layout.names.stack,
         "ca": f"{TLS_DIR}/{CA_FILE}",
         "routers": routers,
-        "identity": {"provider": layout.deployment["identity"]["provider"]},
+        "identity": _identity(layout, config),
     }
 
 
-def config_files(layout: KubeLayout, models: list[Path]) -> dict[str, str]:
+def _identity(layout: KubeLayout, config: KubeStackConfig) -> dict[str, Any]:
+    identity: dict[str, Any] = {"provider": layout.deployment["identity"]["provider"]}
+    if config.consoleUrl and config.dnsNames:
+        identity["keycloak"] = {
+            "url": f"https://{config.dnsNames[0]}:{KEYCLOAK_HTTPS}",
+            "realm": REALM,
+        }
+        identity["consoleSecret"] = f"{OIDC_DIR}/{CONSOLE_SECRET[1]}"
+    return identity
+
+
+def config_files(layout: KubeLayout, config: KubeStackConfig, models: list[Path]) -> dict[str, str]:
     """ConfigMap data: `<stack>.stack.yml` naming the model files beside it, the model
     files, and `deploy.json`."""
     names = [model.name for model in models]
@@ -79,7 +94,7 @@ def config_files(layout: KubeLayout, models: list[Path]) -> dict[str, str]:
     stack["spec"]["models"] = names
     files = {model.name: model.read_text(encoding="utf-8") for model in models}
     files[f"{layout.names.stack}.stack.yml"] = yaml.safe_dump(stack, sort_keys=False)
-    files["deploy.json"] = json.dumps(console_deployment(layout), indent=1, sort_keys=True)
+    files["deploy.json"] = json.dumps(console_deployment(layout, config), indent=1, sort_keys=True)
     return files
 
 
@@ -100,6 +115,8 @@ def command(layout: KubeLayout, config: KubeStackConfig) -> list[str]:
         found.append(f"--administrator={administrator['identity']}")
     if config.consolePrometheus:
         found.append(f"--prometheus={config.consolePrometheus}")
+    if config.consoleUrl:
+        found.append(f"--public-url={config.consoleUrl.rstrip('/')}")
     return found
 
 
@@ -123,9 +140,10 @@ class Console(pulumi.ComponentResource):
         selector, object_meta, account = w.identity(
             names.stack, names.namespace, "console", console_name(names.stack), child
         )
-        files = config_files(layout, models)
+        files = config_files(layout, config, models)
         config_map = core.ConfigMap(f"{name}-config", metadata=object_meta, data=files, opts=child)
         restart = hashlib.sha256(files["deploy.json"].encode()).hexdigest()[:16]
+        oidc = "consoleSecret" in console_deployment(layout, config)["identity"]
         container = core.ContainerArgs(
             name="console",
             image=config.toolsImage,
@@ -135,6 +153,7 @@ class Console(pulumi.ComponentResource):
                 w.mount("tls", TLS_DIR),
                 w.mount("config", CONFIG_DIR),
                 w.mount("tmp", "/tmp", read_only=False),  # the model check's scratch files
+                *([w.mount("oidc", OIDC_DIR)] if oidc else []),
             ],
             resources=w.resources("250m", "256Mi"),
             security_context=w.container_security(),
@@ -165,6 +184,8 @@ class Console(pulumi.ComponentResource):
                                 ),
                             ),
                             w.empty_dir("tmp"),
+                            # the console's OIDC client secret, the stack's generated one
+                            *([w.tls_volume("oidc", CONSOLE_SECRET[0])] if oidc else []),
                         ],
                         termination_grace_period_seconds=10,
                     ),

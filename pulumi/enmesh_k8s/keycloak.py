@@ -13,7 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from enmesh.auth.realm import realm_json
+from enmesh.auth.realm import ConsoleClient, realm_json
 from enmesh.compile.identity import REALM
 from enmesh.k8s.config import KubeStackConfig
 from enmesh.k8s.layout import KEYCLOAK_HTTPS, KubeLayout
@@ -44,6 +44,7 @@ class Keycloak(pulumi.ComponentResource):
         tls_secret: pulumi.Input[str],
         passwords: Mapping[str, pulumi.Output[str]],  # user Secret name -> password
         lookup_secret: pulumi.Output[str],  # enmesh-auth's service-account client
+        console_secret: pulumi.Output[str] | None = None,  # the console's OIDC client
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("enmesh:k8s:Keycloak", name, None, opts)
@@ -66,11 +67,17 @@ class Keycloak(pulumi.ComponentResource):
         )
         self.admin_secret_name = credentials.metadata.apply(lambda m: str(m.name))
         secret_names = sorted(passwords)
-        realm = pulumi.Output.all(lookup_secret, *(passwords[s] for s in secret_names)).apply(
-            lambda values: realm_json(
-                layout.model, dict(zip(secret_names, values[1:], strict=True)), values[0]
-            )
-        )
+        console_url = config.consoleUrl
+
+        def build_realm(values: list[str]) -> str:
+            lookup, console, *user_passwords = values
+            client = ConsoleClient(console, console_url) if console and console_url else None
+            users = dict(zip(secret_names, user_passwords, strict=True))
+            return realm_json(layout.model, users, lookup, client)
+
+        realm = pulumi.Output.all(
+            lookup_secret, console_secret or "", *(passwords[s] for s in secret_names)
+        ).apply(build_realm)
         realm_file: pulumi.Output[str] = pulumi.Output.secret(realm)
         realm_secret = core.Secret(
             f"{name}-realm",

@@ -15,6 +15,7 @@ from pulumi.runtime.config import CONFIG
 from enmesh.compile.errors import CompileError
 from enmesh.compile.identity import (
     AUTH_COMPONENT,
+    CONSOLE_SECRET,
     KEYCLOAK_ADMIN_SECRET,
     KEYCLOAK_DB_SECRET,
     LOOKUP_SECRET,
@@ -108,6 +109,7 @@ def _identity(
         tls_secret=tls.secret_names["keycloak"],
         passwords={s: p for s, p in credentials.passwords.items() if s in user_secrets},
         lookup_secret=credentials.passwords[LOOKUP_SECRET[0]],
+        console_secret=credentials.passwords.get(CONSOLE_SECRET[0]),
         opts=opts,
     )
     return {"keycloakUrl": keycloak.url, "keycloakAdminSecret": keycloak.admin_secret_name}
@@ -126,6 +128,8 @@ def build() -> dict[str, Any]:
     # Keycloak's own passwords are its component's (kept under their first names).
     keycloak_own = {KEYCLOAK_ADMIN_SECRET[0], KEYCLOAK_DB_SECRET[0]}
     secrets = {s["name"]: s["key"] for s in deployment["secrets"] if s["name"] not in keycloak_own}
+    if config.consoleUrl:  # the console's Keycloak client (the compiler's console is a host's)
+        secrets[CONSOLE_SECRET[0]] = CONSOLE_SECRET[1]
     credentials = Credentials(
         "credentials", stack=stack, namespace=names.namespace, secrets=secrets, opts=opts
     )

@@ -164,11 +164,58 @@ def test_console_objects_pass_the_schemas_and_the_hardening_rules() -> None:
     assert "--prometheus=http://prometheus-operated.monitoring.svc:9090" in command
 
 
+def test_with_a_console_url_users_log_in_through_keycloak(tmp_path: Path) -> None:
+    """`consoleUrl` (where browsers reach the console) and `dnsNames` (where they reach
+    Keycloak): the realm gets the console's client with that callback and the generated
+    secret, the pod that secret, and the console what `enmesh-console` builds its Keycloak
+    login from, with the issuer Keycloak's tokens carry."""
+    capture = run_with(
+        "local", consoleUrl="https://localhost:8443", dnsNames=["messaging.example.com"]
+    )
+    realm = json.loads(
+        _one(capture, "Secret", "local-keycloak-realm")["stringData"]["enmesh-realm.json"]
+    )
+    (client,) = [c for c in realm["clients"] if c["clientId"] == "enmesh-console"]
+    assert client["redirectUris"] == ["https://localhost:8443/login/keycloak/callback"]
+    secret = _one(capture, "Secret", "enmesh-console-oidc")["stringData"]["password"]
+    assert client["secret"] == secret and secret in capture.secrets
+    deployment = _one(capture, "Deployment", "local-console")
+    assert "--public-url=https://localhost:8443" in _container(deployment)["command"]
+    spec = pod_spec(deployment)
+    assert spec is not None
+    volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in spec["volumes"]}
+    assert volumes["oidc"] == "enmesh-console-oidc"
+    files = _one(capture, "ConfigMap", "local-console")["data"]
+    deployed = json.loads(files["deploy.json"])
+    ca = Path("/etc/enmesh-console-tls/ca.crt")
+    assert deployed["identity"]["consoleSecret"] == "/etc/enmesh-console-oidc/password"
+    # enmesh-console's own reading of it, the mounted secret at a path of this machine
+    (tmp_path / "password").write_text(secret + "\n")
+    deployed["identity"]["consoleSecret"] = str(tmp_path / "password")
+    settings = console_main.oidc_of(deployed, "https://localhost:8443", ca)
+    assert settings is not None and settings.client_secret == secret
+    keycloak = _one(capture, "Deployment", "local-keycloak")
+    env = {e["name"]: e.get("value") for e in _container(keycloak)["env"]}
+    assert settings.issuer == f"https://{env['KC_HOSTNAME']}:8443/realms/enmesh"
+    assert settings.redirect_uri == client["redirectUris"][0]
+    assert schema_problems(capture.objects, "1.33") == []
+    plain = capture_of("local")  # without consoleUrl: password logins only
+    assert (
+        "enmesh-console"
+        not in _one(plain, "Secret", "local-keycloak-realm")["stringData"]["enmesh-realm.json"]
+    )
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
         ({"console": False, "consolePrometheus": "http://p:9090"}, "consolePrometheus: only"),
         ({"consolePrometheus": "prometheus:9090"}, "consolePrometheus: String should match"),
+        ({"consoleUrl": "https://localhost:8443"}, "consoleUrl: browsers must reach Keycloak"),
+        (
+            {"consoleUrl": "https://c:8443", "identity": "sasldb", "dnsNames": ["a.example"]},
+            "consoleUrl: only with enmesh:console: true and enmesh:identity: keycloak",
+        ),
     ],
 )
 def test_bad_console_config_names_its_key(overrides: dict[str, object], message: str) -> None:

@@ -154,3 +154,6 @@ def test_a_realm_export_asks_for_what_its_model_asks_for() -> None:
     assert wanted.groups == space_groups(model)
     assert wanted.users == _wanted_users(model, passwords)
     assert wanted.export == export and wanted.clients == ()
+    client = ConsoleClient("s", "https://localhost:8443")
+    with_console = json.loads(realm_json(model, passwords, lookup_secret="l", console=client))
+    assert wanted_of_export(with_console).clients == (client.representation(),)
