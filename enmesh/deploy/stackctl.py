@@ -193,7 +193,8 @@ def up(project: Project, *, smoke: bool) -> int:
         if not run_smoke(project.smoke_stack()):
             raise StackError(
                 "the smoke check failed (above); see `enmesh status --stack "
-                f"{project.stack}` and the logs in /var/log/enmesh"
+                f"{project.stack}` and the logs (/var/log/enmesh under supervisord, "
+                "`journalctl -u 'enmesh-*'` on systemd hosts)"
             )
     print()
     print(describe(project.endpoints(), project.deployment, project.build_dir))

@@ -206,3 +206,14 @@ def test_a_queue_keeps_every_acknowledged_message_across_a_broker_host_power_cut
     wait_until(drained, 120, "every acknowledged message back from the broker", interval=1)
     assert set(got) == set(bodies), f"lost: {len(set(bodies) - set(got))}"
     print(f"200 acknowledged, 200 received, {len(got) - len(set(got))} duplicates")
+
+
+def test_units_log_to_the_journal(hosts: dict[str, Any], deployment: dict[str, Any]) -> None:
+    """systemd hosts keep the programs' logs in the journal (rotated, `journalctl -u`),
+    not in files of their own: a router's start is there under its unit."""
+    for router in deployment["routers"]:
+        host = hosts[router["host"]]
+        unit = f"enmesh-router-{router['id']}"
+        logged = host.check_output(f"journalctl -u {unit} -o cat --no-pager")
+        assert f"router {router['id']} started" in logged, f"{router['host']}: {unit}"
+        assert not host.file(f"/var/log/enmesh/{router['id']}.log").exists
