@@ -5,15 +5,21 @@ site's bridge), then a router host powered off and back on."""
 from __future__ import annotations
 
 import threading
+import urllib.parse
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from proton import Message, Timeout
+from proton.reactor import Backoff
 
+from enmesh.client_failover import follow_failover_list
+from enmesh.clients import DEFAULT_MECHANISMS, connect_options
 from enmesh.deploy.smoke import Stack
 from enmesh.deploy.smoke import _pump_until_done as pump_until_done
 from enmesh.deploy.smoke_run import run_smoke
+from tests.support.amqp import Scenario, run
 from tests.support.mesh import wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
@@ -217,3 +223,54 @@ def test_units_log_to_the_journal(hosts: dict[str, Any], deployment: dict[str, A
         logged = host.check_output(f"journalctl -u {unit} -o cat --no-pager")
         assert f"router {router['id']} started" in logged, f"{router['host']}: {unit}"
         assert not host.file(f"/var/log/enmesh/{router['id']}.log").exists
+
+
+class _FollowTheList(Scenario):
+    """Connect to one router; once open, follow its failover list and pull the plug of
+    its host; finish when the connection is open again (on another host)."""
+
+    def __init__(self, options: dict[str, Any], power_cut: Callable[[], None]) -> None:
+        super().__init__()
+        self.options, self.power_cut = options, power_cut
+        self.containers: list[str] = []
+        self.followed: list[str] = []
+
+    def on_start(self, event: Any) -> None:
+        self.connections.append(event.container.connect(**self.options))
+
+    def on_connection_opened(self, event: Any) -> None:
+        self.containers.append(event.connection.remote_container)
+        if len(self.containers) == 1:
+            self.followed = follow_failover_list(event.connection)
+            self.power_cut()
+        else:
+            self.done()
+
+
+def test_a_client_follows_the_failover_list_to_another_host(
+    stack: Stack, deployment: dict[str, Any], site: SiteSpec
+) -> None:
+    """A proton client given one router's URL only (enmesh.client_failover): its router's
+    open frame lists the routers of the other hosts; the host is powered off (no RST, no
+    close: heartbeats tell) and the client reconnects to the next router of the list."""
+    brokers = {b["host"] for b in deployment["brokers"]}
+    victim = next(h for h in site.host_list() if h.address not in brokers)
+    options = connect_options(
+        _url(deployment, victim.address),
+        user=SENDER,
+        password=stack.password(SENDER),
+        vhost=SPACE,
+        ca=stack.ca,
+        mechanisms=DEFAULT_MECHANISMS,
+    )
+    options |= {"reconnect": Backoff(max_delay=1.0), "heartbeat": 2}
+    try:
+        scenario = run(_FollowTheList(options, lambda: power_off(site, victim)), timeout=120)
+    finally:
+        power_on(site, victim)
+    others = {r["host"] for r in deployment["routers"]} - {victim.address}
+    listed = {urllib.parse.urlsplit(url).hostname for url in scenario.followed}
+    assert listed == others
+    before, after = scenario.containers
+    by_id = {r["id"]: r["host"] for r in deployment["routers"]}
+    assert by_id[before] == victim.address and by_id[after] in others
