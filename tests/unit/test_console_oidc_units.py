@@ -15,7 +15,9 @@ from enmesh.auth.bearer import _token_verdict, is_realm_token
 from enmesh.auth.frames import AUTH, OK
 from enmesh.auth.realm import CONSOLE_CLIENT, ConsoleClient, realm_json, space_groups
 from enmesh.auth.sync import SyncResult, _Realm, _wanted_users, wanted_of_export
+from enmesh.console.mesh import Credentials
 from enmesh.console.oidc import OidcError, OidcLogin, OidcSettings, Tokens
+from enmesh.console.sessions import Session
 from enmesh.model import load_model
 
 REALM_PATH = "/realms/enmesh"
@@ -157,3 +159,21 @@ def test_a_realm_export_asks_for_what_its_model_asks_for() -> None:
     client = ConsoleClient("s", "https://localhost:8443")
     with_console = json.loads(realm_json(model, passwords, lookup_secret="l", console=client))
     assert wanted_of_export(with_console).clients == (client.representation(),)
+
+
+def test_a_session_renews_its_token_before_it_expires_and_reopens_its_links() -> None:
+    """The access token is the management connections' password: one about to expire is
+    refreshed before links are handed out, and the links are new ones carrying it."""
+    old = Tokens.of({"access_token": jwt({"exp": 1, "preferred_username": "o@s"})})
+    new = Tokens.of({"access_token": jwt({"exp": 4_000_000_000, "preferred_username": "o@s"})})
+    renewed: list[Tokens] = []
+
+    def renew(tokens: Tokens) -> Tokens:
+        renewed.append(tokens)
+        return new
+
+    session = Session(Credentials("o@s", old.access, "s"), "s", tokens=old, renew=renew)
+    ca = Path("/nonexistent/ca.crt")  # links open on first use: none is opened here
+    first = session.management(ca)
+    assert renewed == [old] and first.who.password == new.access
+    assert session.management(ca) is first and renewed == [old]  # fresh: kept as it is
