@@ -84,7 +84,7 @@ def _service(args: argparse.Namespace) -> AuthService:
     secret = args.lookup_secret_file.read_text().strip()
     lookup = UserLookup(settings, args.lookup_client_id, secret, provider=args.scram)
     remembering = RememberingCheck(grant, lookup, max_age=args.remember_seconds)
-    check = TokenOrPasswordCheck(settings, args.lookup_client_id, secret, remembering)
+    check = TokenOrPasswordCheck(lookup, remembering)
     if not args.scram:
         return AuthService(check)
     return AuthService(check, lookup, decoy_key(secret))

@@ -9,28 +9,18 @@ the realm, not expired, its session not logged out, its user enabled); then it m
 been issued to the console's client and name the user who logs in. The user's groups come
 from the same answer, so rights are exactly the password path's. The introspecting client
 is enmesh-auth's service account (the lookup client): introspection needs a confidential
-client, and that one exists on every Keycloak stack.
+client, and that one exists on every Keycloak stack; its kept-open connection serves.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import ssl
-import urllib.error
-import urllib.parse
-import urllib.request
-from typing import Any, Protocol
+from typing import Any
 
 from enmesh.auth.frames import AUTH, OK, SYS_TEMP
-from enmesh.auth.keycloak import KeycloakSettings, Verdict, jwt_claims
+from enmesh.auth.keycloak import Verdict, jwt_claims
+from enmesh.auth.lookup import AdminApiError, UserLookup
 from enmesh.auth.realm import CONSOLE_CLIENT
-
-log = logging.getLogger("enmesh.auth")
-
-
-class Check(Protocol):
-    def check(self, username: str, password: str) -> Verdict: ...
+from enmesh.auth.verdicts import Check
 
 
 def is_realm_token(password: str, realm_path: str) -> bool:
@@ -47,39 +37,17 @@ def is_realm_token(password: str, realm_path: str) -> bool:
 class TokenOrPasswordCheck:
     """Tokens by introspection, anything else by `passwords` (grant or remembered)."""
 
-    def __init__(
-        self, settings: KeycloakSettings, client_id: str, client_secret: str, passwords: Check
-    ) -> None:
-        self.settings, self.passwords = settings, passwords
-        self._client = {"client_id": client_id, "client_secret": client_secret}
-        self._tls = ssl.create_default_context(cafile=settings.ca_file)
+    def __init__(self, lookup: UserLookup, passwords: Check) -> None:
+        self.lookup, self.passwords = lookup, passwords
 
     def check(self, username: str, password: str) -> Verdict:
-        if not is_realm_token(password, self.settings.realm_path):
+        if not is_realm_token(password, self.lookup.settings.realm_path):
             return self.passwords.check(username, password)
         try:
-            answer = self._introspect(password)
-        except urllib.error.HTTPError as exc:
-            return Verdict(SYS_TEMP, reason=f"Keycloak's introspection answered HTTP {exc.code}")
-        except (OSError, ValueError) as exc:
-            return Verdict(SYS_TEMP, reason=f"Keycloak at {self.settings.url}: {exc}")
+            answer = self.lookup.introspect(password)
+        except AdminApiError as exc:
+            return Verdict(SYS_TEMP, reason=str(exc))
         return _token_verdict(username, answer)
-
-    def _introspect(self, token: str) -> dict[str, Any]:
-        url = f"{self.settings.token_endpoint}/introspect"
-        form = {**self._client, "token": token, "token_type_hint": "access_token"}
-        request = urllib.request.Request(
-            url,
-            data=urllib.parse.urlencode(form).encode(),
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-        )
-        with urllib.request.urlopen(
-            request, timeout=self.settings.timeout, context=self._tls
-        ) as answer:
-            body = json.load(answer)
-        if not isinstance(body, dict):
-            raise ValueError("introspection did not answer a JSON object")
-        return body
 
 
 def _token_verdict(username: str, answer: dict[str, Any]) -> Verdict:

@@ -186,19 +186,7 @@ class UserLookup:
         with self._token_lock:
             if self._token is not None and time.monotonic() < self._token[1]:
                 return self._token[0]
-            form = urllib.parse.urlencode(
-                {
-                    "grant_type": "client_credentials",
-                    "client_id": self.client_id,
-                    "client_secret": self.client_secret,
-                }
-            )
-            status, body = self._request(
-                "POST",
-                f"{self.settings.realm_path}/protocol/openid-connect/token",
-                {"Content-Type": "application/x-www-form-urlencoded"},
-                form.encode(),
-            )
+            status, body = self._post_form(self._token_path, {"grant_type": "client_credentials"})
             if status != 200:
                 raise AdminApiError(
                     f"Keycloak refused client {self.client_id!r} a token (HTTP {status})"
@@ -210,6 +198,28 @@ class UserLookup:
                 raise AdminApiError(f"Keycloak's token answer is not usable: {exc}") from exc
             self._token = (token, time.monotonic() + lifetime - TOKEN_MARGIN_SECONDS)
             return token
+
+    def introspect(self, token: str) -> dict[str, Any]:
+        """Keycloak's verdict on an access token (RFC 7662), asked as this client."""
+        form = {"token": token, "token_type_hint": "access_token"}
+        status, body = self._post_form(f"{self._token_path}/introspect", form)
+        if status != 200:
+            raise AdminApiError(f"Keycloak's introspection answered HTTP {status}")
+        answer = _json(body, "Keycloak's introspection")
+        if not isinstance(answer, dict):
+            raise AdminApiError("Keycloak's introspection did not answer a JSON object")
+        return answer
+
+    @property
+    def _token_path(self) -> str:
+        return f"{self.settings.realm_path}/protocol/openid-connect/token"
+
+    def _post_form(self, path: str, form: dict[str, str]) -> tuple[int, bytes]:
+        """A form POST authenticated with this client's id and secret."""
+        credentials = {"client_id": self.client_id, "client_secret": self.client_secret}
+        body = urllib.parse.urlencode({**credentials, **form}).encode()
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        return self._request("POST", path, headers, body)
 
     def _request(
         self, method: str, path: str, headers: dict[str, str], body: bytes | None = None

@@ -7,6 +7,7 @@ sasldb built from the model's users. ANONYMOUS is offered only when a listener l
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,16 +85,14 @@ def per_files_version(
     (files_stamp) builds a new one, so the next connection presents the new certificate
     while established ones carry on."""
 
-    cache: dict[tuple[object, ...], _Built] = {}
+    # The stamp is part of the key: a renewed file's older versions age out of the LRU.
+    cached: Callable[..., _Built] = functools.lru_cache(maxsize=CACHED_VERSIONS)(
+        lambda _stamp, tls, *args, **kwargs: build(tls, *args, **kwargs)
+    )
 
+    @functools.wraps(build)
     def built(tls: TlsFiles, /, *args: _P.args, **kwargs: _P.kwargs) -> _Built:
-        key = (files_stamp(tls), tls, args, tuple(sorted(kwargs.items())))
-        found = cache.get(key)
-        if found is None:
-            if len(cache) >= CACHED_VERSIONS:  # versions of renewed files: gone for good
-                cache.clear()
-            found = cache[key] = build(tls, *args, **kwargs)
-        return found
+        return cached(files_stamp(tls), tls, *args, **kwargs)
 
     return built
 

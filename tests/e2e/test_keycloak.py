@@ -23,6 +23,7 @@ from enmesh.auth.admin import KeycloakAdmin
 from enmesh.clients import connect_options
 from enmesh.deploy.keycloak_users import ADMIN_USER
 from enmesh.deploy.smoke import Stack
+from tests.support.console import NoRedirect
 
 PROGRAMS = ("enmesh-keycloak-db", "enmesh-keycloak", "enmesh-auth")
 AUTH_LOG = Path("/var/log/enmesh/enmesh-auth.log")
@@ -151,9 +152,7 @@ def test_the_console_sends_a_browser_to_keycloaks_login_page(
     if not console:
         pytest.skip("this stack runs no console")
     context = ssl.create_default_context(cafile=str(stack.ca))
-    opener = urllib.request.build_opener(
-        urllib.request.HTTPSHandler(context=context), _NoRedirect()
-    )
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), NoRedirect())
     start = f"https://{console['host']}:{console['port']}/login/keycloak"
     try:
         opener.open(start, timeout=30)
@@ -166,8 +165,3 @@ def test_the_console_sends_a_browser_to_keycloaks_login_page(
     with opener.open(location, timeout=30) as page:
         assert page.status == 200
         assert 'id="kc-login"' in page.read().decode()
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None

@@ -124,7 +124,7 @@ class Http:
         if self.cookies:
             request.add_header("Cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
         opener = urllib.request.build_opener(
-            urllib.request.HTTPSHandler(context=self.context), _NoRedirect()
+            urllib.request.HTTPSHandler(context=self.context), NoRedirect()
         )
         try:
             response: HTTPResponse = opener.open(request, timeout=30)
@@ -145,7 +145,7 @@ class Http:
         )
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
+class NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None
 
