@@ -24,6 +24,7 @@ from enmesh.compile import (
     monitoring,
     router,
 )
+from enmesh.compile.broker_nodes import broker_nodes
 from enmesh.compile.engines import profile_of
 from enmesh.compile.engines.check import policy_problems, refuse_unserved, require_valid
 from enmesh.compile.layout import Layout
@@ -88,7 +89,8 @@ def _compile(layout: Layout) -> Artefacts:
         files[f"brokers/{spec.name}.definitions.json"] = to_json(
             broker.broker_definitions(layout, spec.name)
         )
-        files[f"brokers/{spec.name}.rabbitmq.conf"] = broker.rabbitmq_conf(layout, spec.name)
+        for node in broker_nodes(spec):
+            files[node.config] = broker.rabbitmq_conf(layout, node)
     files["auth/users.json"] = to_json(auth.users(layout))
     files["auth/sasl2/qdrouterd.conf"] = auth.sasl_config(layout)
     files[admission.ADMISSION_FILE] = to_json(admission.admission(stack.spec.security))

@@ -11,6 +11,7 @@ error, not a console whose every change would fail.
 from __future__ import annotations
 
 from enmesh.compile import administrator
+from enmesh.compile.broker_nodes import broker_nodes
 from enmesh.compile.errors import CompileError
 from enmesh.compile.layout import Layout
 
@@ -18,7 +19,8 @@ COMPONENT = "console"  # its TLS file stem
 
 
 def stack_hosts(layout: Layout) -> set[str]:
-    return {r.host for r in layout.routers} | {b.host for b in layout.stack.spec.brokers}
+    brokers = layout.stack.spec.brokers
+    return {r.host for r in layout.routers} | {n.host for b in brokers for n in broker_nodes(b)}
 
 
 def enabled(layout: Layout) -> bool:

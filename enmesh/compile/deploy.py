@@ -17,12 +17,19 @@ from typing import Any
 
 from enmesh.compile import administrator, console, identity, monitoring
 from enmesh.compile.auth import sasl_identity
+from enmesh.compile.broker_nodes import (
+    CLUSTER_COOKIE_KEY,
+    CLUSTER_COOKIE_SECRET,
+    broker_nodes,
+    is_cluster,
+)
 from enmesh.compile.layout import (
     ROUTER_BROKER_SECRET,
     ROUTER_BROKER_USER,
     Layout,
     subscription_link_address,
 )
+from enmesh.compile.stack import Broker
 from enmesh.model import AddressType
 
 
@@ -50,12 +57,22 @@ def _routers(layout: Layout) -> list[dict[str, Any]]:
     ]
 
 
+def _broker_nodes(spec: Broker) -> list[dict[str, str]]:
+    return [{"host": n.host, "name": n.erlang_name, "config": n.config} for n in broker_nodes(spec)]
+
+
 def _brokers(layout: Layout) -> list[dict[str, Any]]:
     return [
         {
             "name": b.name,
             "host": b.host,
-            "config": f"brokers/{b.name}.rabbitmq.conf",
+            # Where its RabbitMQ nodes run; a cluster's share the cookie of `cookie`.
+            "nodes": _broker_nodes(b),
+            "cookie": (
+                {"secret": CLUSTER_COOKIE_SECRET, "key": CLUSTER_COOKIE_KEY}
+                if is_cluster(b)
+                else None
+            ),
             "definitions": f"brokers/{b.name}.definitions.json",
             "ports": {
                 "amqps": b.amqpsPort,
@@ -63,7 +80,9 @@ def _brokers(layout: Layout) -> list[dict[str, Any]]:
                 "prometheus": b.prometheusPort,
                 "dist": b.distPort,
             },
-            "certificates": [layout.certificate(layout.broker_tls_component(b.name), b.host)],
+            "certificates": [
+                layout.certificate(layout.broker_tls_component(b.name), b.host, *b.nodes)
+            ],
             "users": [
                 {"name": ROUTER_BROKER_USER, "secret": ROUTER_BROKER_SECRET, "key": "password"}
             ],
@@ -75,6 +94,8 @@ def _brokers(layout: Layout) -> list[dict[str, Any]]:
 def _secrets(layout: Layout) -> list[dict[str, str]]:
     refs = {(ROUTER_BROKER_SECRET, "password"), (administrator.SECRET, administrator.KEY)}
     refs |= set(identity.secrets(layout))
+    if any(is_cluster(b) for b in layout.stack.spec.brokers):
+        refs.add((CLUSTER_COOKIE_SECRET, CLUSTER_COOKIE_KEY))
     for tenant in layout.model.tenants:
         for user in tenant.users:
             ref = user.spec.authentication.passwordSecret

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from enmesh.compile.broker_nodes import broker_nodes
 from enmesh.compile.layout import Layout, standard_broker_name
 from enmesh.model import AddressType
 
@@ -43,7 +44,11 @@ def prometheus_config(layout: Layout) -> dict[str, Any]:
     settings = layout.stack.spec.monitoring.prometheus
     brokers = layout.stack.spec.brokers
     broker_targets = [
-        {"targets": [f"{b.host}:{b.prometheusPort}"], "labels": {"broker": b.name}} for b in brokers
+        {
+            "targets": [f"{node.host}:{b.prometheusPort}" for node in broker_nodes(b)],
+            "labels": {"broker": b.name},
+        }
+        for b in brokers
     ]
     return {
         "global": {

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from enmesh.compile import console, identity, monitoring
+from enmesh.compile.broker_nodes import broker_nodes
 from enmesh.compile.errors import CompileError
 from enmesh.compile.layout import Layout
 
@@ -45,9 +46,10 @@ def claims(layout: Layout) -> Iterator[Claim]:
         ):
             yield router.host, port, f"router {router.id} {kind} (spec.routers.ports.{kind})"
     for i, broker in enumerate(spec.brokers):
-        for field in ("amqpsPort", "mqttsPort", "prometheusPort", "distPort"):
-            where = f"broker {broker.name} (spec.brokers[{i}].{field})"
-            yield broker.listenHost or broker.host, getattr(broker, field), where
+        for node in broker_nodes(broker):
+            for field in ("amqpsPort", "mqttsPort", "prometheusPort", "distPort"):
+                where = f"broker {broker.name} (spec.brokers[{i}].{field})"
+                yield broker.listenHost or node.host, getattr(broker, field), where
     prometheus = monitoring.deployment(layout)
     if prometheus is not None:
         where = "prometheus (spec.monitoring.prometheus.port)"

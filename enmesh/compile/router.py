@@ -11,6 +11,7 @@ from enmesh.compile.bridge import (
     failover_endpoints,
     uses_peer_brokers,
 )
+from enmesh.compile.broker_nodes import BrokerNode, broker_nodes
 from enmesh.compile.engines import EngineProfile, Feature, profile_of
 from enmesh.compile.engines.check import config_problems, require_valid
 from enmesh.compile.layout import (
@@ -22,6 +23,7 @@ from enmesh.compile.layout import (
     subscription_link_address,
 )
 from enmesh.compile.qdrouterd import Entity, render_entities, render_header
+from enmesh.compile.stack import Broker as StackBroker
 from enmesh.compile.tls import router_ssl_attributes
 from enmesh.model import Address, AddressType, Tenant
 
@@ -161,22 +163,27 @@ def _connectors(layout: Layout, router: RouterInstance) -> Iterator[Entity]:
     )
     # A stack whose stored addresses a bridged peer serves has no broker connections.
     for broker in [] if uses_peer_brokers(bridges) else layout.stack.spec.brokers:
-        yield Entity(
-            "connector",
-            {
-                "name": broker.name,
-                "host": broker.host,
-                "port": broker.amqpsPort,
-                "role": "route-container",
-                "sslProfile": BROKER_TLS,
-                "verifyHostname": True,
-                "saslMechanisms": ["PLAIN"],
-                "saslUsername": ROUTER_BROKER_USER,
-                # A reference, never the password: the router reads the file at start-up.
-                "saslPassword": "file:" + layout.secret_path(ROUTER_BROKER_SECRET, "password"),
-                "linkCapacity": layout.stack.spec.routers.linkCapacity,
-            },
-        )
+        for node in broker_nodes(broker):
+            yield _broker_connector(layout, broker, node)
+
+
+def _broker_connector(layout: Layout, broker: StackBroker, node: BrokerNode) -> Entity:
+    return Entity(
+        "connector",
+        {
+            "name": node.connection,
+            "host": node.host,
+            "port": broker.amqpsPort,
+            "role": "route-container",
+            "sslProfile": BROKER_TLS,
+            "verifyHostname": True,
+            "saslMechanisms": ["PLAIN"],
+            "saslUsername": ROUTER_BROKER_USER,
+            # A reference, never the password: the router reads the file at start-up.
+            "saslPassword": "file:" + layout.secret_path(ROUTER_BROKER_SECRET, "password"),
+            "linkCapacity": layout.stack.spec.routers.linkCapacity,
+        },
+    )
 
 
 def _broker_key(layout: Layout) -> str:
@@ -185,6 +192,16 @@ def _broker_key(layout: Layout) -> str:
     the broker's container instead, which no connection of its own will have: such
     entities stay idle and the mesh reaches the peer's brokers."""
     return "containerId" if uses_peer_brokers(layout.stack.spec.bridges) else "connection"
+
+
+def _broker_connections(layout: Layout, tenant: Tenant, address: Address) -> list[str]:
+    """The connections to the brokers holding a stored address: every node of a cluster."""
+    specs = {b.name: b for b in layout.stack.spec.brokers}
+    return [
+        node.connection
+        for name in layout.address_brokers(tenant, address)
+        for node in broker_nodes(specs[name])
+    ]
 
 
 def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Iterator[Entity]:
@@ -199,7 +216,7 @@ def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Itera
         external = "/amq/queue/" + layout.broker_name(tenant, address.spec.address)
         # Dead letters arrive from the broker itself, so nothing is routed into them.
         directions = ("in",) if kind is AddressType.DEADLETTER else ("in", "out")
-        for broker in layout.address_brokers(tenant, address):
+        for broker in _broker_connections(layout, tenant, address):
             for direction in directions:
                 yield Entity(
                     "autoLink",
@@ -221,7 +238,7 @@ def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Itera
         # queue (the Shovel of `enmesh migrate move-stored`).
         name = layout.broker_name(tenant, address.spec.address)
         exchange = "/exchange/" + name
-        for broker in layout.address_brokers(tenant, address):
+        for broker in _broker_connections(layout, tenant, address):
             for direction, external in (("out", f"{exchange}/{name}"), ("in", exchange)):
                 yield Entity(
                     "linkRoute",
@@ -236,7 +253,7 @@ def _address_entities(layout: Layout, tenant: Tenant, address: Address) -> Itera
     else:  # subscription: a durable queue bound to its topic, consumed through a link route
         linked = router_address(tenant.name, subscription_link_address(address))
         queue = "/amq/queue/" + layout.broker_name(tenant, address.spec.address)
-        for broker in layout.address_brokers(tenant, address):
+        for broker in _broker_connections(layout, tenant, address):
             yield Entity(
                 "linkRoute",
                 {

@@ -51,6 +51,9 @@ class Routers(_Strict):
     clientDnsNames: list[str] = Field(default_factory=list)  # noqa: N815
 
 
+MIN_CLUSTER_NODES = 3
+
+
 class PeerDiscovery(_Strict):
     """RabbitMQ nodes of one broker find each other through a headless Kubernetes Service."""
 
@@ -68,6 +71,37 @@ class Broker(_Strict):
     distPort: Port = 25672  # noqa: N815  (Erlang distribution: loopback unless clustered)
     listenHost: str | None = None  # noqa: N815  (bind address; default: host)
     peerDiscovery: PeerDiscovery | None = None  # noqa: N815  (a RabbitMQ cluster on Kubernetes)
+    # A RabbitMQ cluster on hosts: one node on each host listed (`host` is the first).
+    # Routers connect to every node; quorum queues keep a replica on each.
+    nodes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _host_of_cluster(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("nodes") and "host" not in data:
+            return {**data, "host": data["nodes"][0]}
+        return data
+
+    @model_validator(mode="after")
+    def _cluster_on_hosts(self) -> Broker:
+        if not self.nodes:
+            return self
+        if len(self.nodes) < MIN_CLUSTER_NODES:
+            raise ValueError(
+                f"nodes: a RabbitMQ cluster needs at least {MIN_CLUSTER_NODES} hosts, so "
+                f"that quorum queues keep a majority when one is lost; got {len(self.nodes)}"
+            )
+        repeated = sorted({n for n in self.nodes if self.nodes.count(n) > 1})
+        if repeated:
+            raise ValueError(f"nodes: one node per host; repeated: {', '.join(repeated)}")
+        if self.host != self.nodes[0]:
+            raise ValueError(f"host: a cluster's host is its first node ({self.nodes[0]})")
+        if self.peerDiscovery is not None or self.listenHost is not None:
+            raise ValueError(
+                "nodes: a cluster on hosts has no peerDiscovery (Kubernetes) and no "
+                "listenHost (each node listens on its own host)"
+            )
+        return self
 
 
 class TlsVersion(StrEnum):

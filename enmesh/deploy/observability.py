@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from enmesh.deploy import mqtt_probe
+from enmesh.deploy import mqtt_probe, queue_depth
 
 TIMEOUT = 5.0
 
@@ -55,8 +55,9 @@ def describe_lines(deployment: Mapping[str, Any], endpoints: Mapping[str, Any]) 
         metrics = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
         lines.append(f"  {router['id']:<20} {metrics}")
     for broker in deployment["brokers"]:
-        metrics = f"http://{broker['host']}:{broker['ports']['prometheus']}/metrics"
-        lines.append(f"  {broker['name']:<20} {metrics}  (per queue: /metrics/detailed)")
+        for host in queue_depth.node_hosts(broker):
+            metrics = f"http://{host}:{broker['ports']['prometheus']}/metrics"
+            lines.append(f"  {broker['name']:<20} {metrics}  (per queue: /metrics/detailed)")
     if endpoints.get("console") and deployment.get("console"):
         lines += [
             "",

@@ -44,13 +44,33 @@ def read(brokers: Iterable[dict[str, Any]], vhost: str = STANDARD_BROKER_VHOST) 
     total: dict[str, int] = {}
     query = urllib.parse.urlencode({"vhost": vhost, "family": "queue_coarse_metrics"})
     for broker in brokers:
-        url = f"http://{broker['host']}:{broker['ports']['prometheus']}/metrics/detailed?{query}"
+        for queue, messages in _broker_depths(broker, query, vhost).items():
+            total[queue] = total.get(queue, 0) + messages
+    return total
+
+
+def _broker_depths(broker: dict[str, Any], query: str, vhost: str) -> dict[str, int]:
+    """A cluster's queues are reported by the nodes that lead them; a node that is down
+    leads none (its queues elected leaders elsewhere), so one answer is enough."""
+    found: dict[str, int] = {}
+    failures = []
+    for host in node_hosts(broker):
+        url = f"http://{host}:{broker['ports']['prometheus']}/metrics/detailed?{query}"
         try:
             with urllib.request.urlopen(url, timeout=TIMEOUT) as response:
                 text = response.read().decode("utf-8")
         except OSError as exc:
-            where = f"broker {broker['name']} ({url})"
-            raise DepthUnknown(f"cannot read queue depths from {where}: {exc}") from exc
+            failures.append(f"{url}: {exc}")
+            continue
         for queue, messages in parse(text, vhost).items():
-            total[queue] = total.get(queue, 0) + messages
-    return total
+            found[queue] = found.get(queue, 0) + messages
+    if len(failures) == len(node_hosts(broker)):
+        where = f"broker {broker['name']} ({'; '.join(failures)})"
+        raise DepthUnknown(f"cannot read queue depths from {where}")
+    return found
+
+
+def node_hosts(broker: dict[str, Any]) -> list[str]:
+    """Hosts of a broker's RabbitMQ nodes (deploy.json); a queue's figures come from the
+    node that leads it, so a cluster is read on every node."""
+    return [node["host"] for node in broker.get("nodes") or [{"host": broker["host"]}]]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from enmesh.control.management import Administrator, ManagementError, router_url, served
-from enmesh.deploy import observability
+from enmesh.deploy import observability, queue_depth
 from enmesh.deploy.smoke import Access, Stack
 from enmesh.deploy.smoke_run import run_smoke
 
@@ -263,15 +263,17 @@ def status(project: Project) -> int:
         if "amqp" not in down_ports:
             healthy &= _management_line(router, admin)
     for broker in deployment["brokers"]:
-        host, ports = broker["host"], broker["ports"]
-        down_ports = [
-            name
-            for name, port in sorted(ports.items())
-            if name != "dist" and not _listening(host, port)
-        ]
-        healthy &= not down_ports
-        detail = f"ports {', '.join(down_ports)} closed" if down_ports else "all ports open"
-        print(f"  {'DOWN' if down_ports else 'up  '}  broker {broker['name']:<20} {host}  {detail}")
+        ports = broker["ports"]
+        for host in queue_depth.node_hosts(broker):
+            down_ports = [
+                name
+                for name, port in sorted(ports.items())
+                if name != "dist" and not _listening(host, port)
+            ]
+            healthy &= not down_ports
+            detail = f"ports {', '.join(down_ports)} closed" if down_ports else "all ports open"
+            state = "DOWN" if down_ports else "up  "
+            print(f"  {state}  broker {broker['name']:<20} {host}  {detail}")
     endpoints = project.endpoints() if (project.build_dir / "endpoints.json").is_file() else {}
     for probe in observability.probes(deployment, endpoints):
         healthy &= probe.ok

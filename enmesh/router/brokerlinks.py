@@ -172,10 +172,9 @@ class BrokerLinks:
         self, conn: ProtonSocket, info: ConnectionInfo, link: Link, internal: str, direction: str
     ) -> bool:
         """Pair a client link with a broker link if a link route matches; True if handled."""
-        route = self._route_for(internal, direction)
+        route, broker = self._route_for(internal, direction)
         if route is None:
             return False
-        broker = self._broker_for(route)
         if broker is not None:
             self._pair(conn, info, link, broker, _external(route, internal))
             return True
@@ -193,8 +192,7 @@ class BrokerLinks:
         if not address.startswith(ROUTE_PREFIX):
             return False
         destination, _, internal = address[len(ROUTE_PREFIX) :].partition("/")
-        route = self._route_for(internal, "in" if link.is_sender else "out")
-        broker = self._broker_for(route) if route is not None else None
+        route, broker = self._route_for(internal, "in" if link.is_sender else "out")
         if destination != self.router.id:
             if not self._toward(conn, info, link, destination, internal):
                 _detach(link, Condition(NO_ROUTE, f"no path to router {destination!r}"))
@@ -209,9 +207,22 @@ class BrokerLinks:
         routes = self.router.config.link_routes
         return sorted({route_id(r) for r in routes if self._broker_for(r) is not None})
 
-    def _route_for(self, internal: str, direction: str) -> LinkRoute | None:
+    def _route_for(
+        self, internal: str, direction: str
+    ) -> tuple[LinkRoute | None, ProtonSocket | None]:
+        """The link route for `internal` and its broker connection here, if any. Routes of
+        one prefix to several connections (the nodes of a cluster) are alternatives: the
+        first whose broker is connected serves."""
         routes = [r for r in self.router.config.link_routes if r.direction == direction]
-        return best_match(routes, internal)
+        best = best_match(routes, internal)
+        if best is None:
+            return None, None
+        for route in routes:
+            if route_id(route) == route_id(best):
+                broker = self._broker_for(route)
+                if broker is not None:
+                    return route, broker
+        return best, None
 
     def _broker_for(self, route: LinkRoute) -> ProtonSocket | None:
         if route.connection is not None:

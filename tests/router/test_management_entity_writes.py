@@ -34,7 +34,9 @@ def _routed_source_allowed(mesh: Mesh) -> None:
     sources = '"sources": "alerts, alerts::audit'
     assert sources in policy.read_text()
     policy.write_text(
-        policy.read_text().replace(sources, sources.replace(': "', ': "manual-route/*, '))
+        policy.read_text().replace(
+            sources, sources.replace(': "', ': "manual-route/*, cluster-route/*, ')
+        )
     )
 
 
@@ -85,6 +87,34 @@ class PeerProcess:
     def stop(self) -> None:
         self.process.kill()
         self.process.wait(10)
+
+
+def test_link_routes_of_one_prefix_to_several_connections_use_one_that_is_up(
+    router: tuple[Mesh, Account],
+) -> None:
+    """The nodes of a broker cluster: one linkRoute per node's connection. With the first
+    node's connection down, an attach goes to a node that is connected."""
+    mesh, admin = router
+    peer = PeerProcess()
+    try:
+        peer.expect("listening")
+        connectors = {"cluster.0": free_port(), "cluster.1": peer.port}  # .0: nobody listens
+        for name, port in connectors.items():
+            connector = {"role": "route-container", "host": "127.0.0.1", "port": str(port)}
+            assert _write(admin, "create", connector, type="connector", name=name).status == 201
+            route = {"prefix": "iot/cluster-route", "direction": "in", "connection": name}
+            assert (
+                _write(admin, "create", route, type="linkRoute", name=f"{name}-route").status == 201
+            )
+        peer.expect("open")
+        client = account(mesh, 0, "backend@iot").blocking()
+        try:
+            client.create_receiver("cluster-route/x")  # answered through cluster.1
+        finally:
+            client.close()
+        peer.expect("attach sender iot/cluster-route/x")
+    finally:
+        peer.stop()
 
 
 def test_connector_autolink_and_linkroute_writes_act_on_the_wire(

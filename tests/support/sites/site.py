@@ -271,7 +271,10 @@ def _cgroup_pids(spec: SiteSpec, host: Host) -> list[int]:
 
 
 def power_off(spec: SiteSpec, host: Host) -> None:
-    """Pull the plug: SIGKILL every process of the host at once (no shutdown)."""
+    """Pull the plug: SIGKILL every process of the host at once (no shutdown). Its link
+    goes down first, as a powered-off machine's does, so the FIN or RST the kernel sends
+    for the killed processes' sockets never reaches a peer: peers notice by silence."""
+    _sh("ip", "link", "set", spec.veth(host), "down")
     kill = CGROUP_V2 / spec.cgroup(host) / "cgroup.kill"
     if kill.exists():
         kill.write_text("1")
@@ -284,6 +287,7 @@ def power_on(spec: SiteSpec, host: Host, timeout: float = 120.0) -> None:
     """Boot a host that was powered off, with its disk (upper layer) as it was."""
     if host_running(spec, host):
         raise SiteError(f"{host.name} is running")
+    _sh("ip", "link", "set", spec.veth(host), "up")
     _boot(spec, host)
     wait_ssh(spec, host, timeout)
 
