@@ -3,8 +3,9 @@
 A cluster on hosts (`spec.brokers[].nodes`) is one broker to the model, as the
 Kubernetes cluster is: the same definitions on every node, quorum queues replicated
 across them. Its nodes find each other from the list in their rabbitmq.conf
-(`classic_config`), share an Erlang cookie from a deploy secret, and are named by
-their host address (long names), so no DNS is needed on the site.
+(`classic_config`), share an Erlang cookie from a deploy secret, are named by their
+host address (long names), so no DNS is needed on the site, and speak Erlang
+distribution over TLS with the broker's certificate.
 
 Each router connects to every node (one connector per node, named `<broker>.<index>`,
 which no broker name can be): losing a node's host closes only that connection, and
@@ -31,6 +32,11 @@ class BrokerNode:
     erlang_name: str  # the node name the CLI tools address
     connection: str  # the routers' connector to it
     config: str  # its rabbitmq.conf, relative to the build directory
+
+
+def inter_node_tls_file(spec: Broker) -> str:
+    """A cluster's TLS options of Erlang distribution, relative to the build directory."""
+    return f"brokers/{spec.name}.inter_node_tls.config"
 
 
 def is_cluster(spec: Broker) -> bool:

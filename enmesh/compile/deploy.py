@@ -21,6 +21,7 @@ from enmesh.compile.broker_nodes import (
     CLUSTER_COOKIE_KEY,
     CLUSTER_COOKIE_SECRET,
     broker_nodes,
+    inter_node_tls_file,
     is_cluster,
 )
 from enmesh.compile.layout import (
@@ -73,6 +74,7 @@ def _brokers(layout: Layout) -> list[dict[str, Any]]:
                 if is_cluster(b)
                 else None
             ),
+            "interNodeTls": inter_node_tls_file(b) if is_cluster(b) else None,
             "definitions": f"brokers/{b.name}.definitions.json",
             "ports": {
                 "amqps": b.amqpsPort,

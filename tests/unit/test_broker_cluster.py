@@ -70,11 +70,25 @@ def test_deployment_lists_the_nodes_and_the_shared_cookie(site: dict[str, str]) 
     (broker,) = deployment["brokers"]
     assert [n["name"] for n in broker["nodes"]] == [f"rabbit@{h}" for h in NODES]
     assert broker["cookie"] == {"secret": "enmesh-broker-cluster", "key": "cookie"}
+    assert broker["interNodeTls"] == "brokers/broker-0.inter_node_tls.config"
     assert {"name": "enmesh-broker-cluster", "key": "cookie"}.items() <= next(
         s for s in deployment["secrets"] if s["name"] == "enmesh-broker-cluster"
     ).items()
     (certificate,) = broker["certificates"]
     assert set(NODES) <= set(certificate["dnsNames"])  # routers verify each node's name
+
+
+def test_the_nodes_speak_erlang_distribution_over_mutually_verified_tls(
+    site: dict[str, str],
+) -> None:
+    options = site["brokers/broker-0.inter_node_tls.config"]
+    server, client = options.split("{client, [")
+    for side in (server, client):
+        assert '{certfile, "/var/lib/enmesh/tls/broker-0.crt"}' in side
+        assert '{cacertfile, "/var/lib/enmesh/tls/ca.crt"}' in side
+        assert "{verify, verify_peer}" in side
+    assert "{fail_if_no_peer_cert, true}" in server  # a peer without the CA's cert is refused
+    assert "{versions, ['tlsv1.3', 'tlsv1.2']}" in server  # the stack's TLS policy
 
 
 def _broker(**fields: Any) -> Broker:
@@ -102,7 +116,8 @@ def test_a_cluster_that_cannot_work_is_refused(fields: dict[str, Any], message: 
 def test_a_lone_broker_has_no_cookie_and_keeps_its_file_names() -> None:
     files = compile_stack_file(ROOT / "stacks" / "local.stack.yml")[1].files
     deployment = json.loads(files["deploy.json"])
-    assert all(b["cookie"] is None for b in deployment["brokers"])
+    assert all(b["cookie"] is None and b["interNodeTls"] is None for b in deployment["brokers"])
+    assert not any(name.endswith("inter_node_tls.config") for name in files)
     assert not any(s["name"] == "enmesh-broker-cluster" for s in deployment["secrets"])
     for broker in deployment["brokers"]:
         (node,) = broker["nodes"]
