@@ -61,7 +61,7 @@ molecule-site: setup
 
 test: lint typecheck unit molecule
 
-# The documentation site (mkdocs.yml, docs/) into build/site; a broken link fails.
+# The documentation site (mkdocs.yml, docs/) into build/docs; a broken link fails.
 docs: setup
 	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 

@@ -282,7 +282,7 @@ def rabbitmq_conf(layout: Layout, node: BrokerNode) -> str:
     stops importing at the unknown user and loads only the vhosts).
     """
     broker = node.broker
-    spec = next(b for b in layout.stack.spec.brokers if b.name == broker)
+    spec = layout.brokers[broker]
     component = layout.broker_tls_component(broker)
     listen = spec.listenHost or node.host
     what = f"node {node.erlang_name} of {broker}" if is_cluster(spec) else broker

@@ -14,8 +14,10 @@ from functools import cached_property
 from pathlib import PurePosixPath
 from typing import Any
 
+from enmesh.compile.broker_nodes import broker_nodes
 from enmesh.compile.errors import CompileError
 from enmesh.compile.placement import rank
+from enmesh.compile.stack import Broker as StackBroker
 from enmesh.compile.stack import MeshTopology, Stack
 from enmesh.model import Address, AddressType, Model, SpaceType, Tenant
 
@@ -98,6 +100,19 @@ class Layout:
         return tuple(self.routers[t] for t in targets)
 
     # --- brokers ----------------------------------------------------------------------
+
+    @cached_property
+    def brokers(self) -> dict[str, StackBroker]:
+        """The stack's brokers by name."""
+        return {b.name: b for b in self.stack.spec.brokers}
+
+    @cached_property
+    def broker_connections(self) -> dict[str, tuple[str, ...]]:
+        """A broker's connections from each router: one per RabbitMQ node."""
+        return {
+            name: tuple(node.connection for node in broker_nodes(spec))
+            for name, spec in self.brokers.items()
+        }
 
     def tenant_brokers(self, tenant: Tenant) -> list[str]:
         if tenant.name not in self._tenant_brokers:

@@ -196,11 +196,10 @@ def _broker_key(layout: Layout) -> str:
 
 def _broker_connections(layout: Layout, tenant: Tenant, address: Address) -> list[str]:
     """The connections to the brokers holding a stored address: every node of a cluster."""
-    specs = {b.name: b for b in layout.stack.spec.brokers}
     return [
-        node.connection
+        connection
         for name in layout.address_brokers(tenant, address)
-        for node in broker_nodes(specs[name])
+        for connection in layout.broker_connections[name]
     ]
 
 

@@ -54,7 +54,8 @@ def _broker_depths(broker: dict[str, Any], query: str, vhost: str) -> dict[str, 
     leads none (its queues elected leaders elsewhere), so one answer is enough."""
     found: dict[str, int] = {}
     failures = []
-    for host in node_hosts(broker):
+    hosts = node_hosts(broker)
+    for host in hosts:
         url = f"http://{host}:{broker['ports']['prometheus']}/metrics/detailed?{query}"
         try:
             with urllib.request.urlopen(url, timeout=TIMEOUT) as response:
@@ -64,7 +65,7 @@ def _broker_depths(broker: dict[str, Any], query: str, vhost: str) -> dict[str, 
             continue
         for queue, messages in parse(text, vhost).items():
             found[queue] = found.get(queue, 0) + messages
-    if len(failures) == len(node_hosts(broker)):
+    if len(failures) == len(hosts):
         where = f"broker {broker['name']} ({'; '.join(failures)})"
         raise DepthUnknown(f"cannot read queue depths from {where}")
     return found
