@@ -7,9 +7,11 @@ so call `follow_failover_list(event.connection)` in `on_connection_opened` of a
 connection made with `Container.connect(url, virtual_host=SPACE, reconnect=...)`
 (reconnect on, its default; `virtual_host` given, or proton would send each listed
 host's name as the AMQP hostname, which a multi-tenant listener reads as the address
-space): when the connection drops, proton's reconnect then tries the URL it was
-connected to first and the listed places after it, in order, and follows the list the
-next router sends in turn.
+space): when the connection drops, proton's reconnect then tries the listed places in
+order and the URL it was connected to last, and follows the list the next router sends
+in turn. The one just lost goes last because a host that lost power refuses nothing: a
+connection to it waits for a SYN-ACK for about two minutes (Linux's SYN retries), and
+proton-python has no connect timeout (Qpid JMS also moves on to the next URI).
 
 proton-python keeps a connection's reconnect addresses on its private connector object
 (`connection._overrides.address`, python-qpid-proton 0.37 to 0.40); this module is the one
@@ -46,12 +48,12 @@ def failover_urls(connection: Any) -> list[str]:
 
 
 def follow_failover_list(connection: Any) -> list[str]:
-    """Make the peer's failover list this connection's reconnect addresses, after the
-    current one; returns the listed URLs (empty: the addresses are left as they were)."""
+    """Make the peer's failover list this connection's reconnect addresses, the current
+    one last; returns the listed URLs (empty: the addresses are left as they were)."""
     urls = failover_urls(connection)
     connector = getattr(connection, "_overrides", None)
     if not urls or connector is None or not hasattr(connector, "address"):
         return urls
     current = str(connection.url)
-    connector.address = Urls([current, *(url for url in urls if url != current)])
+    connector.address = Urls([*(url for url in urls if url != current), current])
     return urls

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import testinfra  # type: ignore[import-untyped]
+import yaml
 
 # The deployer's view of the stack (build/$ENMESH_STACK): the same fixtures as tests/e2e.
 from tests.e2e.conftest import build_dir, deployment, endpoints, stack
@@ -27,11 +28,33 @@ INVENTORY = ROOT / "stacks" / f"{STACK}.inventory.yml"
 
 @pytest.fixture(scope="session")
 def site() -> SiteSpec:
-    return SiteSpec(STACK, 3)
+    return SiteSpec(STACK, 5)
+
+
+def _group(name: str) -> dict[str, Any]:
+    """testinfra hosts of an inventory group by address (ansible backend: the
+    inventory's SSH settings)."""
+    found = testinfra.get_hosts([f"ansible://{name}"], ansible_inventory=str(INVENTORY))
+    return {h.ansible.get_variables()["enmesh_host_address"]: h for h in found}
 
 
 @pytest.fixture(scope="session")
 def hosts() -> dict[str, Any]:
-    """testinfra hosts by address (ansible backend: the inventory's SSH settings)."""
-    found = testinfra.get_hosts(["ansible://enmesh"], ansible_inventory=str(INVENTORY))
-    return {h.ansible.get_variables()["enmesh_host_address"]: h for h in found}
+    """The hosts of routers and brokers (group enmesh)."""
+    return _group("enmesh")
+
+
+@pytest.fixture(scope="session")
+def spark_hosts() -> dict[str, Any]:
+    """The hosts of the telemetry pipeline (group spark)."""
+    return _group("spark")
+
+
+@pytest.fixture(scope="session")
+def spark_master(spark_hosts: dict[str, Any]) -> str:
+    """Address of the host running the Spark master and the job: the group's first (the
+    spark role's enmesh_spark_master_host), in the inventory's order."""
+    group = yaml.safe_load(INVENTORY.read_text())["all"]["children"]["spark"]["hosts"]
+    address: str = next(iter(group.values()))["enmesh_host_address"]
+    assert address in spark_hosts
+    return address

@@ -13,10 +13,10 @@ import time
 import uuid
 from typing import Any
 
-from proton import Delivery, Message, ProtonException, Timeout
+from proton import ProtonException, Timeout
 
 from enmesh.deploy.smoke import Stack
-from tests.sites.test_site import RECEIVER, SENDER, SPACE, _url
+from tests.sites.test_site import RECEIVER, SENDER, SPACE, _url, send_until_accepted
 from tests.support.mesh import wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
@@ -101,12 +101,7 @@ class _Producer(threading.Thread):
                 with self.stack.connect(self.url, SENDER, SPACE) as connection:
                     sender = connection.create_sender(QUEUE)
                     while self.pending:
-                        # Only ACCEPTED counts: proton's blocking send returns on MODIFIED
-                        # too, which the router answers for a copy lost in flight.
-                        delivery = sender.send(Message(body=self.pending[0], durable=True))
-                        if delivery.remote_state != Delivery.ACCEPTED:
-                            self.retries.append(f"outcome {delivery.remote_state}")
-                            continue
+                        send_until_accepted(sender, self.pending[0], self.retries)
                         self.acknowledged.append((time.monotonic(), self.pending.pop(0)))
             except (ProtonException, OSError) as exc:
                 self.retries.append(f"{type(exc).__name__}: {exc}")

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from proton import Message
+from proton import Delivery, Message, Timeout
 from proton.reactor import Backoff
+from proton.utils import SendException
 
 from enmesh.client_failover import follow_failover_list
 from enmesh.clients import DEFAULT_MECHANISMS, connect_options
@@ -27,6 +28,10 @@ from tests.support.sites.site import power_off, power_on
 WILDCARDS = {"0.0.0.0", "::", "[::]"}
 SPACE = "iot"
 SENDER, RECEIVER = "device@iot", "backend@iot"
+# A queue message in flight on a dead broker node's connection is answered MODIFIED
+# after the router's idle timeout (16 s) and resent; its new copy may wait until the
+# cluster declares the node down (Erlang's net_ticktime: up to about 90 s).
+RECEIVE_PATIENCE = 150.0
 
 
 def _units(deployment: dict[str, Any], address: str) -> list[str]:
@@ -99,36 +104,69 @@ def _url(deployment: dict[str, Any], address: str) -> str:
     return f"amqps://{address}:{router['ports']['amqps']}"
 
 
+def send_until_accepted(sender: Any, body: str, retries: list[str]) -> None:
+    """Send one durable message again until the mesh accepts it (at least once).
+
+    proton's blocking send returns normally on MODIFIED, which the router answers for a
+    copy lost in flight (a broker node's connection cut by a power failure), and raises
+    on RELEASED: neither is an acknowledgement. Each resend is recorded in `retries`.
+    """
+    while True:
+        try:
+            delivery = sender.send(Message(body=body, durable=True))
+        except SendException as exc:
+            retries.append(f"outcome {exc.state}")
+            continue
+        if delivery.remote_state == Delivery.ACCEPTED:
+            return
+        retries.append(f"outcome {delivery.remote_state}")
+
+
 def _through(  # noqa: PLR0917
-    stack: Stack, deployment: dict[str, Any], src: str, dst: str, address: str, count: int
-) -> list[str]:
-    """Send `count` messages via the router on `src`, receive them via the one on `dst`.
+    stack: Stack,
+    deployment: dict[str, Any],
+    src: str,
+    dst: str,
+    address: str,
+    count: int,
+    patience: float = RECEIVE_PATIENCE,
+) -> set[str]:
+    """Send `count` messages via the router on `src`, receive them via the one on `dst`;
+    the distinct bodies received (a resent message may arrive twice).
 
     The sender runs in its own thread: on a direct address a send is settled only once
     the receiver accepted it, end to end, so the receiving side must keep going meanwhile.
+    `patience` is the longest silence the receiver waits through.
     """
     nonce = uuid.uuid4().hex
     failures: list[BaseException] = []
+    retries: list[str] = []
 
     def send() -> None:
         try:
             with stack.connect(_url(deployment, src), SENDER, SPACE) as sending:
                 sender = sending.create_sender(address)
                 for i in range(count):
-                    sender.send(Message(body=f"{nonce} {i}", durable=True))
+                    send_until_accepted(sender, f"{nonce} {i}", retries)
         except BaseException as exc:  # reported by the test's thread
             failures.append(exc)
 
-    got: list[str] = []
+    got: set[str] = set()
     with stack.connect(_url(deployment, dst), RECEIVER, SPACE) as receiving:
         receiver = receiving.create_receiver(address, credit=count)
         sending = threading.Thread(target=send, name="site-sender", daemon=True)
         sending.start()
         while len(got) < count and not failures:
-            message = receiver.receive(timeout=30)
+            try:
+                message = receiver.receive(timeout=patience)
+            except Timeout as exc:
+                raise AssertionError(
+                    f"{address} via {src} -> {dst}: {len(got)} of {count} received, then "
+                    f"nothing for {patience:.0f} s; the sender's resends: {retries[-3:]}"
+                ) from exc
             receiver.accept()
             if str(message.body).startswith(nonce):
-                got.append(str(message.body))
+                got.add(str(message.body))
         # The last accept must reach the sender before this connection closes.
         pump_until_done(receiving, sending)
     assert not failures, f"sending via {src} failed: {failures[0]!r}"
@@ -157,9 +195,10 @@ def test_messages_flow_while_a_router_host_is_off_and_it_rejoins(
     # Its units are enabled: systemd starts the router at boot, and it rejoins the mesh.
     def rejoined() -> bool:
         try:
-            return len(_through(stack, deployment, victim.address, others[0], "telemetry", 5)) == 5
+            got = _through(stack, deployment, victim.address, others[0], "telemetry", 5, 20)
         except Exception:
             return False
+        return len(got) == 5
 
     wait_until(rejoined, 90, f"the router on {victim.address} rejoining the mesh", interval=1)
 

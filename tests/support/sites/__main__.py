@@ -17,7 +17,7 @@ from tests.support.sites.site import (
     power_off,
     power_on,
 )
-from tests.support.sites.wheels import wheelhouse
+from tests.support.sites.wheels import spark_wheelhouse, wheelhouse
 
 
 def _link(link: Path, target: Path) -> None:
@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--wheelhouse-link", type=Path, help="create: point this symlink at the hosts' wheels"
     )
+    parser.add_argument(
+        "--spark-wheelhouse-link", type=Path, help="create: point this symlink at PySpark's wheels"
+    )
     parser.add_argument("--host", type=int, help="host index for power-off/power-on")
     args = parser.parse_args(argv)
     try:
@@ -43,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "create":
             if args.wheelhouse_link:
                 _link(args.wheelhouse_link, wheelhouse())
+            if args.spark_wheelhouse_link:
+                _link(args.spark_wheelhouse_link, spark_wheelhouse())
             for host in create(spec):
                 print(f"{host.name} {host.address} up")
         elif args.action == "destroy":

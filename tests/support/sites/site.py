@@ -28,6 +28,9 @@ WORK_ROOT = Path(os.environ.get("ENMESH_SITES_WORK", "/var/lib/enmesh-sites"))
 CGROUP_V1 = Path("/sys/fs/cgroup/systemd")
 CGROUP_V2 = Path("/sys/fs/cgroup/unified")
 NSPAWN_RUN = Path("/run/systemd/nspawn")
+# Storage every host mounts at the same path, as a site's NFS export would be: the Spark
+# hosts keep the job's checkpoint there (roles/spark, enmesh_spark_shared_dir).
+SHARED_MOUNT = "/srv/enmesh-shared"
 SSH_OPTS = (
     "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
     "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "ConnectTimeout=3",
@@ -77,6 +80,11 @@ class SiteSpec:
         return ipaddress.ip_network(self.network).prefixlen
 
     @property
+    def shared(self) -> Path:
+        """The machine's side of the site's shared storage (SHARED_MOUNT on every host)."""
+        return self.work / "shared"
+
+    @property
     def key(self) -> Path:
         return self.work / "id_ed25519"
 
@@ -116,6 +124,7 @@ def create(spec: SiteSpec, boot_timeout: float = 120.0) -> list[Host]:
     if spec.work.exists():
         destroy(spec)  # a leftover of a killed run: start clean
     spec.work.mkdir(parents=True)
+    spec.shared.mkdir()
     try:
         _ssh_key(spec)
         _nspawn_run_dir(spec)
@@ -205,6 +214,7 @@ def _boot(spec: SiteSpec, host: Host) -> None:
         f"--directory={spec.work / host.name / 'root'}", f"--machine={host.name}",
         f"--network-namespace-path=/run/netns/{spec.netns(host)}",
         "--console=passive", "--link-journal=no", "--resolv-conf=off", "--timezone=off",
+        f"--bind={spec.shared}:{SHARED_MOUNT}",
     ]  # fmt: skip
     proc = subprocess.Popen(
         argv,
