@@ -1,9 +1,11 @@
-"""Deploy the three-host site (molecule scenario `site`'s hosts) and time each stage.
+"""Deploy the five-host site (molecule scenario `site`'s hosts) and time each stage.
 
-Stages: create (boot the nspawn hosts; the Debian base and the wheelhouse are cached and
-reported separately if built), cold `site.yml` over SSH, warm re-run (no change), a
+Stages: create (boot the nspawn hosts; the Debian base and the wheelhouses are cached
+and reported separately if built), cold `site.yml` over SSH, warm re-run (no change), a
+rolling upgrade to a new enmesh build (`-e enmesh_serial=1`, one host at a time), a
 host powered off and on until its router answers again and its broker node (which
-listens only once it has rejoined the cluster), destroy. Prints and
+listens only once it has rejoined the cluster), a Spark worker's host powered off and
+on until the master has its worker back, destroy. Prints and
 records benchmarks/results/site_deploy.json. No target yet; issue 23 asks for the
 figures. Run as root from the checkout:
 
@@ -18,7 +20,9 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -26,14 +30,19 @@ from typing import TypeVar
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support.builds import new_build  # noqa: E402
 from tests.support.sites import SiteSpec, create, destroy, leftovers  # noqa: E402
 from tests.support.sites.base import ensure_base  # noqa: E402
 from tests.support.sites.site import power_off, power_on  # noqa: E402
-from tests.support.sites.wheels import wheelhouse  # noqa: E402
+from tests.support.sites.wheels import spark_wheelhouse, wheelhouse  # noqa: E402
 
 T = TypeVar("T")
 RESULTS = ROOT / "benchmarks" / "results" / "site_deploy.json"
 WHEELS_LINK = Path("/var/cache/enmesh-sites/wheels")
+SPARK_WHEELS_LINK = Path("/var/cache/enmesh-sites/spark-wheels")
+HOSTS = 5  # stacks/site.inventory.yml
+WORKER_HOST = 4  # site-h4: a Spark worker only (stacks/site.inventory.yml)
+MASTER_UI = "http://192.168.251.14:8180/json/"  # site-h3's Spark master
 
 
 def _timed(label: str, figures: dict[str, float], action: Callable[[], T]) -> T:
@@ -44,12 +53,13 @@ def _timed(label: str, figures: dict[str, float], action: Callable[[], T]) -> T:
     return result
 
 
-def _playbook() -> None:
+def _playbook(*extra: str) -> None:
     env = dict(os.environ, ENMESH_SITES_WHEELHOUSE=str(WHEELS_LINK),
+               ENMESH_SITES_SPARK_WHEELHOUSE=str(SPARK_WHEELS_LINK),
                ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                PATH=f"{ROOT / '.venv/bin'}:{os.environ['PATH']}")  # fmt: skip
     argv = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", "stacks/site.inventory.yml",
-            "playbooks/site.yml"]  # fmt: skip
+            "playbooks/site.yml", *extra]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"site.yml failed:\n{done.stdout[-3000:]}")
@@ -63,19 +73,44 @@ def _answers(address: str, port: int) -> bool:
     return True
 
 
+def _worker_alive(address: str) -> bool:
+    try:
+        with urllib.request.urlopen(MASTER_UI, timeout=2) as answer:
+            workers = json.load(answer)["workers"]
+    except OSError:
+        return False
+    return any(w["host"] == address and w["state"] == "ALIVE" for w in workers)
+
+
+def _link(link: Path, target: Path) -> None:
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(target)
+
+
 def main() -> int:
-    spec = SiteSpec("site", 3)
+    spec = SiteSpec("site", HOSTS)
     figures: dict[str, float] = {}
     _timed("base (cached or built)", figures, ensure_base)
-    wheels = _timed("wheelhouse", figures, wheelhouse)
-    if WHEELS_LINK.is_symlink():
-        WHEELS_LINK.unlink()
-    WHEELS_LINK.symlink_to(wheels)
+    _link(WHEELS_LINK, _timed("wheelhouse", figures, wheelhouse))
+    _link(SPARK_WHEELS_LINK, _timed("spark wheelhouse", figures, spark_wheelhouse))
     destroy(spec)
     try:
-        hosts = _timed("create (3 hosts)", figures, lambda: create(spec))
+        hosts = _timed(f"create ({HOSTS} hosts)", figures, lambda: create(spec))
         _timed("site.yml cold", figures, _playbook)
         _timed("site.yml warm", figures, _playbook)
+        with tempfile.TemporaryDirectory() as build:
+            tree = new_build(Path(build), "site_deploy benchmark build")
+            _timed("rolling upgrade", figures, lambda: _playbook(
+                "-e", "enmesh_serial=1", "-e", f"enmesh_render_source_dir={tree}"))  # fmt: skip
+        worker = hosts[WORKER_HOST]
+        started = time.monotonic()
+        power_off(spec, worker)
+        power_on(spec, worker)
+        while not _worker_alive(worker.address):
+            time.sleep(0.5)
+        figures["spark worker back"] = round(time.monotonic() - started, 1)
+        print(f"{'spark worker back':<22} {figures['spark worker back']:>7.1f} s", flush=True)
         victim = hosts[0]  # a router and a node of the broker cluster
         started = time.monotonic()
         power_off(spec, victim)
@@ -92,7 +127,7 @@ def main() -> int:
         _timed("destroy", figures, lambda: destroy(spec))
     assert not leftovers(spec), leftovers(spec)
     RESULTS.write_text(json.dumps({
-        "benchmark": "site_deploy", "hosts": 3, "seconds": figures,
+        "benchmark": "site_deploy", "hosts": HOSTS, "seconds": figures,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }, indent=2) + "\n")  # fmt: skip
     print(f"written to {RESULTS.relative_to(ROOT)}")

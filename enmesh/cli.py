@@ -111,7 +111,7 @@ def _cmd_deploy_secrets(args: argparse.Namespace) -> int:
 
 
 def _cmd_deploy_bundle(args: argparse.Namespace) -> int:
-    changed = write_bundle(Path(__file__).resolve().parent.parent, args.out)
+    changed = write_bundle(args.source or Path(__file__).resolve().parent.parent, args.out)
     print("changed" if changed else "unchanged")
     return 0
 
@@ -170,6 +170,12 @@ def _deploy_commands(commands: Any) -> None:
     secrets.set_defaults(run=_cmd_deploy_secrets)
     bundle = steps.add_parser("bundle", help="write a reproducible source archive to install")
     bundle.add_argument("--out", type=Path, required=True, metavar="FILE")
+    bundle.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="the enmesh source tree to pack (default: the one this command runs from)",
+    )
     bundle.set_defaults(run=_cmd_deploy_bundle)
     sasldb = steps.add_parser("sasldb", help="build the routers' SASL database from the secrets")
     sasldb.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")

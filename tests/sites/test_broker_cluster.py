@@ -4,7 +4,6 @@ producer of 1,000 persistent messages without losing one the mesh acknowledged."
 
 from __future__ import annotations
 
-import itertools
 import json
 import socket
 import ssl
@@ -16,7 +15,14 @@ from typing import Any
 from proton import ProtonException, Timeout
 
 from enmesh.deploy.smoke import Stack
-from tests.sites.test_site import RECEIVER, SENDER, SPACE, _url, send_until_accepted
+from tests.sites.test_site import (
+    RECEIVER,
+    SENDER,
+    SPACE,
+    _url,
+    longest_wait,
+    send_until_accepted,
+)
 from tests.support.mesh import wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
@@ -178,8 +184,7 @@ def test_the_leaders_host_powered_off_under_a_producer_loses_no_acknowledged_mes
     assert not lost, (
         f"{len(lost)} acknowledged messages not received, e.g. {sorted(lost)[:3]}; {queue}"
     )
-    times = [cut_at] + [t for t, _ in producer.acknowledged if t > cut_at]
-    stalled = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+    stalled = longest_wait(cut_at, producer.acknowledged)
     print(
         f"leader {leader} powered off after {CUT_AFTER} acknowledged: {MESSAGES} acknowledged, "
         f"{len(got)} received ({len(got) - len(set(got))} duplicates, "

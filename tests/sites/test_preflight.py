@@ -4,57 +4,15 @@ message naming the host and what to do (roles/enmesh_base/tasks/preflight.yml)."
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.sites.conftest import INVENTORY, ROOT
+from tests.sites.playbook import assert_untouched, run_site_yml
 from tests.support.mesh import wait_until
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-def _site_yml(tmp_path: Path, extra: dict[str, Any] | None = None) -> tuple[int, str]:
-    """Run playbooks/site.yml against the site (plus an extra inventory, if given)."""
-    sources = ["-i", str(INVENTORY)]
-    if extra is not None:
-        path = tmp_path / "extra.inventory.yml"
-        path.write_text(yaml.safe_dump(extra))
-        sources += ["-i", str(path)]
-    venv = ROOT / ".venv/bin"
-    done = subprocess.run(
-        [str(venv / "ansible-playbook"), *sources, str(ROOT / "playbooks/site.yml")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=ROOT,
-        env=os.environ
-        | {
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "PATH": f"{venv}:{os.environ['PATH']}",
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_FORCE_COLOR": "0",  # molecule's verifier sets it
-        },
-    )
-    return done.returncode, done.stdout + done.stderr
-
-
-def _untouched(output: str, hosts: dict[str, Any]) -> dict[str, str]:
-    """The recap's line of each site host: none may have changed."""
-    recap = {m[1]: m[0] for m in RECAP.finditer(ANSI.sub("", output))}
-    names = {h.ansible.get_variables()["inventory_hostname"] for h in hosts.values()}
-    assert names <= set(recap), f"no recap for {names - set(recap)}: {output[-2000:]}"
-    changed = {name: recap[name] for name in names if " changed=0 " not in recap[name]}
-    assert not changed, f"hosts changed by a run that should have stopped: {changed}"
-    return recap
 
 
 def test_a_host_that_does_not_answer_stops_the_run_before_any_host_changes(
@@ -62,11 +20,11 @@ def test_a_host_that_does_not_answer_stops_the_run_before_any_host_changes(
 ) -> None:
     dead = {"ansible_host": "192.168.251.29", "enmesh_host_address": "192.168.251.29"}
     extra = {"all": {"children": {"enmesh": {"hosts": {"site-h9": dead}}}}}
-    code, output = _site_yml(tmp_path, extra)
+    code, output = run_site_yml(tmp_path, extra)
     assert code != 0
     assert "site-h9 (192.168.251.29) did not answer over SSH within 20 s" in output, output[-3000:]
     assert "Power it on, or correct its address" in output
-    _untouched(output, hosts | spark_hosts)
+    assert_untouched(output, hosts | spark_hosts)
 
 
 @pytest.fixture
@@ -98,7 +56,7 @@ def test_a_host_whose_router_port_is_taken_stops_the_run_naming_host_and_port(
     deployment: dict[str, Any],
     squatted_router_port: str,
 ) -> None:
-    code, output = _site_yml(tmp_path)
+    code, output = run_site_yml(tmp_path)
     assert code != 0
     router = deployment["routers"][-1]["id"]
     address = squatted_router_port.rsplit(":", 1)[0]
@@ -109,7 +67,7 @@ def test_a_host_whose_router_port_is_taken_stops_the_run_naming_host_and_port(
         in output
     )
     assert "spec.routers.ports" in output
-    _untouched(output, hosts | spark_hosts)
+    assert_untouched(output, hosts | spark_hosts)
 
 
 def test_a_host_without_room_stops_the_run_naming_host_path_and_need(
@@ -119,10 +77,10 @@ def test_a_host_without_room_stops_the_run_naming_host_path_and_need(
     extra = {
         "all": {"children": {"enmesh": {"hosts": {"site-h1": {"enmesh_base_min_free_mb": need}}}}}
     }
-    code, output = _site_yml(tmp_path, extra)
+    code, output = run_site_yml(tmp_path, extra)
     assert code != 0
     assert "site-h1 is not ready for" in output, output[-3000:]
     assert re.search(
         rf"/opt/enmesh, .* on a filesystem with \d+ MB free, enmesh needs {need} MB", output
     )
-    _untouched(output, hosts | spark_hosts)
+    assert_untouched(output, hosts | spark_hosts)

@@ -4,6 +4,7 @@ site's bridge), then a router host powered off and back on."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import urllib.parse
 import uuid
@@ -120,6 +121,13 @@ def send_until_accepted(sender: Any, body: str, retries: list[str]) -> None:
         if delivery.remote_state == Delivery.ACCEPTED:
             return
         retries.append(f"outcome {delivery.remote_state}")
+
+
+def longest_wait(since: float, acknowledged: list[tuple[float, str]]) -> float:
+    """The longest time a producer waited for an acknowledgement after `since` (its
+    acknowledgements as (monotonic time, body))."""
+    times = [since] + [t for t, _ in acknowledged if t > since]
+    return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 def _through(  # noqa: PLR0917

@@ -6,7 +6,9 @@ import io
 import tarfile
 from pathlib import Path
 
+from enmesh.cli import main
 from enmesh.deploy.bundle import build_bundle
+from tests.support.builds import CHANGED_FILE, new_build
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,3 +25,18 @@ def test_the_archive_holds_the_package_data_pip_is_told_of() -> None:
         assert f"enmesh-src/{path.relative_to(ROOT)}" in names, path
     assert "enmesh-src/enmesh/compile/engines/qdrouterd-1.19-config-names.json" in names
     assert "enmesh-src/pyproject.toml" in names
+
+
+def test_bundle_packs_the_source_tree_it_is_given(tmp_path: Path) -> None:
+    """`enmesh deploy bundle --source DIR` packs another build (an upgrade's), and the
+    same tree packs byte for byte as the checkout does."""
+    out = tmp_path / "enmesh-src.tar.gz"
+    tree = new_build(tmp_path / "new", "build 2")
+    assert main(["deploy", "bundle", "--out", str(out), "--source", str(tree)]) == 0
+    with tarfile.open(out) as archive:
+        member = archive.extractfile(f"enmesh-src/{CHANGED_FILE}")
+        assert member is not None and member.read().decode().endswith("# build 2\n")
+    assert out.read_bytes() != build_bundle(ROOT)
+    (tree / CHANGED_FILE).write_text((ROOT / CHANGED_FILE).read_text())
+    assert main(["deploy", "bundle", "--out", str(out), "--source", str(tree)]) == 0
+    assert out.read_bytes() == build_bundle(ROOT)
