@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.support.builds import new_build  # noqa: E402
+from tests.support.mesh import wait_until  # noqa: E402
 from tests.support.sites import SiteSpec, create, destroy, leftovers  # noqa: E402
 from tests.support.sites.base import ensure_base  # noqa: E402
 from tests.support.sites.site import power_off, power_on  # noqa: E402
@@ -41,8 +42,8 @@ RESULTS = ROOT / "benchmarks" / "results" / "site_deploy.json"
 WHEELS_LINK = Path("/var/cache/enmesh-sites/wheels")
 SPARK_WHEELS_LINK = Path("/var/cache/enmesh-sites/spark-wheels")
 HOSTS = 5  # stacks/site.inventory.yml
-WORKER_HOST = 4  # site-h4: a Spark worker only (stacks/site.inventory.yml)
-MASTER_UI = "http://192.168.251.14:8180/json/"  # site-h3's Spark master
+MASTER_HOST, WORKER_HOST = 3, 4  # site-h3: the Spark master; site-h4: a worker only
+MASTER_UI_PORT = 8180  # the spark role's enmesh_spark_master_ui_port
 
 
 def _timed(label: str, figures: dict[str, float], action: Callable[[], T]) -> T:
@@ -73,9 +74,9 @@ def _answers(address: str, port: int) -> bool:
     return True
 
 
-def _worker_alive(address: str) -> bool:
+def _worker_alive(master: str, address: str) -> bool:
     try:
-        with urllib.request.urlopen(MASTER_UI, timeout=2) as answer:
+        with urllib.request.urlopen(f"http://{master}:{MASTER_UI_PORT}/json/", timeout=2) as answer:
             workers = json.load(answer)["workers"]
     except OSError:
         return False
@@ -107,8 +108,8 @@ def main() -> int:
         started = time.monotonic()
         power_off(spec, worker)
         power_on(spec, worker)
-        while not _worker_alive(worker.address):
-            time.sleep(0.5)
+        master = hosts[MASTER_HOST].address
+        wait_until(lambda: _worker_alive(master, worker.address), 300, "the worker back", 0.5)
         figures["spark worker back"] = round(time.monotonic() - started, 1)
         print(f"{'spark worker back':<22} {figures['spark worker back']:>7.1f} s", flush=True)
         victim = hosts[0]  # a router and a node of the broker cluster

@@ -15,12 +15,12 @@ from typing import Any
 from proton import ProtonException, Timeout
 
 from enmesh.deploy.smoke import Stack
-from tests.sites.test_site import (
+from tests.sites.clients import (
     RECEIVER,
     SENDER,
     SPACE,
-    _url,
     longest_wait,
+    router_url,
     send_until_accepted,
 )
 from tests.support.mesh import wait_until
@@ -141,7 +141,9 @@ def test_the_leaders_host_powered_off_under_a_producer_loses_no_acknowledged_mes
     victim = next(h for h in site.host_list() if f"rabbit@{h.address}" == leader)
     entry = next(n["host"] for n in broker["nodes"] if n["host"] != victim.address)
     nonce = uuid.uuid4().hex
-    producer = _Producer(stack, _url(deployment, entry), [f"{nonce} {i}" for i in range(MESSAGES)])
+    producer = _Producer(
+        stack, router_url(deployment, entry), [f"{nonce} {i}" for i in range(MESSAGES)]
+    )
     producer.start()
     try:
         wait_until(
@@ -157,7 +159,7 @@ def test_the_leaders_host_powered_off_under_a_producer_loses_no_acknowledged_mes
         acknowledged = {body for _, body in producer.acknowledged}
         assert len(acknowledged) == MESSAGES, f"not sent: {producer.retries[-3:]}"
         # Drained while the host is still off: the other two nodes hold every message.
-        got = _drain(stack, _url(deployment, entry), nonce, acknowledged)
+        got = _drain(stack, router_url(deployment, entry), nonce, acknowledged)
         drained = time.monotonic() - cut_at
         # Where the missing ones are, if any, while the host is still off.
         stock = [

@@ -1,10 +1,9 @@
-"""A deployed three-host site: systemd units, sockets and files on every host (testinfra
+"""A deployed site: systemd units, sockets and files on every host (testinfra
 over SSH), messages across hosts from real AMQP clients on this machine (through the
 site's bridge), then a router host powered off and back on."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import urllib.parse
 import uuid
@@ -12,23 +11,21 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from proton import Delivery, Message, Timeout
+from proton import Timeout
 from proton.reactor import Backoff
-from proton.utils import SendException
 
 from enmesh.client_failover import follow_failover_list
 from enmesh.clients import DEFAULT_MECHANISMS, connect_options
 from enmesh.deploy.smoke import Stack
 from enmesh.deploy.smoke import _pump_until_done as pump_until_done
 from enmesh.deploy.smoke_run import run_smoke
+from tests.sites.clients import RECEIVER, SENDER, SPACE, router_url, send_until_accepted
 from tests.support.amqp import Scenario, run
 from tests.support.mesh import wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
 
 WILDCARDS = {"0.0.0.0", "::", "[::]"}
-SPACE = "iot"
-SENDER, RECEIVER = "device@iot", "backend@iot"
 # A queue message in flight on a dead broker node's connection is answered MODIFIED
 # after the router's idle timeout (16 s) and resent; its new copy may wait until the
 # cluster declares the node down (Erlang's net_ticktime: up to about 90 s).
@@ -100,36 +97,6 @@ def test_smoke_check_from_the_deployer_through_the_bridge(stack: Stack) -> None:
     assert run_smoke(stack, lines.append), "\n".join(lines)
 
 
-def _url(deployment: dict[str, Any], address: str) -> str:
-    router = next(r for r in deployment["routers"] if r["host"] == address)
-    return f"amqps://{address}:{router['ports']['amqps']}"
-
-
-def send_until_accepted(sender: Any, body: str, retries: list[str]) -> None:
-    """Send one durable message again until the mesh accepts it (at least once).
-
-    proton's blocking send returns normally on MODIFIED, which the router answers for a
-    copy lost in flight (a broker node's connection cut by a power failure), and raises
-    on RELEASED: neither is an acknowledgement. Each resend is recorded in `retries`.
-    """
-    while True:
-        try:
-            delivery = sender.send(Message(body=body, durable=True))
-        except SendException as exc:
-            retries.append(f"outcome {exc.state}")
-            continue
-        if delivery.remote_state == Delivery.ACCEPTED:
-            return
-        retries.append(f"outcome {delivery.remote_state}")
-
-
-def longest_wait(since: float, acknowledged: list[tuple[float, str]]) -> float:
-    """The longest time a producer waited for an acknowledgement after `since` (its
-    acknowledgements as (monotonic time, body))."""
-    times = [since] + [t for t, _ in acknowledged if t > since]
-    return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
-
-
 def _through(  # noqa: PLR0917
     stack: Stack,
     deployment: dict[str, Any],
@@ -152,7 +119,7 @@ def _through(  # noqa: PLR0917
 
     def send() -> None:
         try:
-            with stack.connect(_url(deployment, src), SENDER, SPACE) as sending:
+            with stack.connect(router_url(deployment, src), SENDER, SPACE) as sending:
                 sender = sending.create_sender(address)
                 for i in range(count):
                     send_until_accepted(sender, f"{nonce} {i}", retries)
@@ -160,7 +127,7 @@ def _through(  # noqa: PLR0917
             failures.append(exc)
 
     got: set[str] = set()
-    with stack.connect(_url(deployment, dst), RECEIVER, SPACE) as receiving:
+    with stack.connect(router_url(deployment, dst), RECEIVER, SPACE) as receiving:
         receiver = receiving.create_receiver(address, credit=count)
         sending = threading.Thread(target=send, name="site-sender", daemon=True)
         sending.start()
@@ -253,7 +220,7 @@ def test_a_client_follows_the_failover_list_to_another_host(
     brokers = {b["host"] for b in deployment["brokers"]}
     victim = next(h for h in site.host_list() if h.address not in brokers)
     options = connect_options(
-        _url(deployment, victim.address),
+        router_url(deployment, victim.address),
         user=SENDER,
         password=stack.password(SENDER),
         vhost=SPACE,

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from enmesh.deploy.smoke import Stack
 from enmesh_spark.simulator import generate, send
-from tests.sites.test_site import SENDER
+from tests.sites.clients import SENDER, router_url
 from tests.support.mesh import wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
@@ -96,11 +96,10 @@ def test_a_worker_host_powered_off_under_readings_loses_none_and_stores_none_twi
     readings = generate(
         seed=23, devices=4, rate=RATE, duration=SECONDS, start_ms=began, device_prefix=prefix
     )
-    router = deployment["routers"][0]
     accepted: list[int] = []
 
     def produce() -> None:
-        url = f"amqps://{router['host']}:{router['ports']['amqps']}"
+        url = router_url(deployment, deployment["routers"][0]["host"])
         password = stack.password(SENDER)
         accepted.append(
             send(

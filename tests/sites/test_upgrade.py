@@ -17,16 +17,16 @@ from typing import Any
 from proton import ProtonException, Timeout
 
 from enmesh.deploy.smoke import Stack
-from tests.sites.conftest import ROOT, STACK
-from tests.sites.playbook import run_site_yml
-from tests.sites.test_site import (
+from tests.sites.clients import (
     RECEIVER,
     SENDER,
     SPACE,
-    _url,
     longest_wait,
+    router_url,
     send_until_accepted,
 )
+from tests.sites.conftest import ROOT, STACK
+from tests.sites.playbook import run_site_yml
 from tests.support.builds import new_build
 from tests.support.mesh import wait_until
 
@@ -128,7 +128,7 @@ def test_a_rolling_upgrade_under_a_steady_producer_and_consumer_loses_nothing(  
     tree = new_build(tmp_path / "build", f"rolling upgrade {uuid.uuid4().hex}")
 
     nonce = uuid.uuid4().hex
-    urls = [_url(deployment, h) for h in sorted({r["host"] for r in deployment["routers"]})]
+    urls = [router_url(deployment, h) for h in sorted({r["host"] for r in deployment["routers"]})]
     producer = _Producer(stack, urls, nonce)
     consumer = _Consumer(stack, urls[::-1], nonce)
     consumer.start()
