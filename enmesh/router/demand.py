@@ -19,6 +19,15 @@ other routers) get credit that follows the consumers' credit, not the link capac
 - a transit link passing through: the free credit of the next hop's transit link, which in
   turn follows the destination's consumers, hop by hop.
 
+Credit given is not always used as asked: a router that granted a transit link credit may
+take it back (its own broker link came up, so it stops taking from others), or a consumer
+may leave, after the broker already sent what the credit asked for. What a source then
+holds that its destinations want none of (no local consumer, and no demand) would stay
+unacknowledged in the broker for good, out of every other consumer's reach: it is given
+back (released) once nobody has wanted it for `GIVE_BACK_AFTER_SECONDS`. The wait keeps
+a moment of zero credit from counting as a delivery attempt (RabbitMQ 3.10's quorum
+queues count a release).
+
 qdrouterd 1.19 does not do this: it grants an in-autoLink its full `linkCapacity` once the
 address is reachable and replenishes a credit per settled delivery, keeping what consumers
 have no credit for on their links' undelivered lists.
@@ -36,6 +45,7 @@ if TYPE_CHECKING:
     from enmesh.router.router import Router
 
 PHASE_MARK = "@"
+GIVE_BACK_AFTER_SECONDS = 10.0
 
 
 def split_phase(key: str) -> tuple[str, int | None]:
@@ -96,3 +106,24 @@ def _reaches_every_queue(state: AddressState, configured: int) -> bool:
 
 def _free(out: OutLink | None) -> int:
     return 0 if out is None or out.closed else max(out.free, 0)
+
+
+def give_back_later(router: Router, inbound: InLink) -> None:
+    """`inbound` holds messages nobody asks for now: give them back if that lasts."""
+    if not inbound.give_back_due:
+        inbound.give_back_due = True
+        router.loop.call_later(
+            GIVE_BACK_AFTER_SECONDS, functools.partial(_give_back_if_unwanted, router, inbound)
+        )
+
+
+def _give_back_if_unwanted(router: Router, inbound: InLink) -> None:
+    inbound.give_back_due = False
+    if inbound.closed or not inbound.held:
+        return
+    inbound.retry()
+    state = router.addresses.get(inbound.key)
+    if state is not None and state.consumers:
+        return  # a consumer here asks again once it has credit
+    if inbound.held and not (inbound.routable and inbound.demand and inbound.demand() > 0):
+        inbound.release_held()

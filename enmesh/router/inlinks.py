@@ -58,8 +58,11 @@ class InLink:
         self.routable = False
         # Multicast: how many more copies the slowest destination can queue right now.
         self.room: Callable[[], int] | None = None
-        # Stored messages (from a broker): how many the destinations asked for right now.
+        # Stored messages (from a broker): how many the destinations asked for right now,
+        # and what to do when it holds messages they want none of (demand.give_back_later).
         self.demand: Callable[[], int] | None = None
+        self.unwanted: Callable[[], None] | None = None
+        self.give_back_due = False
         # RabbitMQ 3.10 ends the session on a `modified` outcome; brokers get `released`.
         self.modified_as_released = False
         # Router annotations coming in: True: ignored (stripAnnotations in/both); False:
@@ -266,12 +269,16 @@ class InLink:
         if self.closed or (self.demand is not None and self.link.drain_mode):
             return  # a broker link draining: its answer, not us, settles its credit (drain.py)
         want = 0
+        wanted = None if self.demand is None else 0  # what the destinations asked for
         if self.routable:
-            limit = self.capacity if self.demand is None else min(self.capacity, self.demand())
+            wanted = None if self.demand is None else self.demand()
+            limit = self.capacity if wanted is None else min(self.capacity, wanted)
             arriving = self.partial is not None or self.arriving is not None
             want = limit - len(self.held) - arriving
             if self.room is not None:
                 want = min(want, self.room())
+        if wanted == 0 and self.held and self.unwanted is not None:
+            self.unwanted()
         # Anycast keeps credit it already gave; multicast room, demand and unroutability
         # take it back.
         reduce = not self.routable or self.room is not None or self.demand is not None

@@ -73,6 +73,7 @@ class Routing:
             inbound.room = functools.partial(self._multicast_room, inbound)
         if demand.is_stored(self.router, inbound.key):
             inbound.demand = demand.demand_of(self.router, inbound)
+            inbound.unwanted = functools.partial(demand.give_back_later, self.router, inbound)
             self.retry_key(inbound.key)  # a broker link here changes what transit may take
             return
         inbound.set_routable(self.routable(inbound))

@@ -222,3 +222,64 @@ def test_a_drain_delivers_what_the_broker_holds_before_answering(stack: Mesh) ->
     # the broker until a consumer's credit asks for them), so receiveNoWait found nothing.
     assert scenario.bodies == ["first", "second", "third"]
     assert scenario.credit_back == 0
+
+
+class LeaveAtFirst(Scenario):
+    """A consumer that asks for `credit` stored messages and leaves at the first one,
+    unsettled: the rest are still on their way from the broker to its router."""
+
+    def __init__(self, mesh: Mesh, at: int, credit: int) -> None:
+        super().__init__(prefetch=0, auto_accept=False)
+        self.mesh, self.at, self.credit = mesh, at, credit
+        self.receiver: Any = None
+
+    def on_start(self, event: Any) -> None:
+        conn = self.open(account(self.mesh, self.at, CONSUMER))
+        self.receiver = event.container.create_receiver(conn, "events", name="leaver")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "leaver":
+            self.receiver.flow(self.credit)
+
+    def on_message(self, event: Any) -> None:
+        event.connection.close()
+        self.done()
+
+
+class TakeAll(Scenario):
+    """A consumer that accepts until it has `count` messages."""
+
+    def __init__(self, mesh: Mesh, at: int, count: int) -> None:
+        super().__init__(prefetch=count, auto_accept=True)
+        self.mesh, self.at, self.count = mesh, at, count
+        self.bodies: list[Any] = []
+
+    def on_start(self, event: Any) -> None:
+        conn = self.open(account(self.mesh, self.at, CONSUMER))
+        event.container.create_receiver(conn, "events")
+
+    def on_message(self, event: Any) -> None:
+        self.bodies.append(event.message.body)
+        self.state = f"{len(self.bodies)} of {self.count} received"  # said on a timeout
+        if len(self.bodies) == self.count:
+            self.done()
+
+
+def test_what_a_router_took_for_a_consumer_that_left_reaches_a_consumer_elsewhere(
+    stack: Mesh,
+) -> None:
+    broker: RabbitMQBroker = stack.extra["broker"]  # type: ignore[assignment]
+    fresh(stack)
+    count = 400
+    bodies = [f"{i:04d} " + "x" * 4000 for i in range(count)]
+    store(stack, bodies)
+    # Router 1 asks the broker for 400 and its consumer is gone before most arrive: they
+    # are held there, with no consumer on router 1 and none of router 0's credit (router 0
+    # has its own broker link, so it takes nothing from router 1).
+    run(LeaveAtFirst(stack, WITH_BROKER, count), timeout=60)
+    # Before: they stayed unacknowledged at router 1 for good; the consumer on router 0
+    # got only what the broker still had.
+    taker = TakeAll(stack, 0, count)
+    run(taker, timeout=90)
+    assert sorted(taker.bodies) == sorted(bodies)
+    assert depth(broker, "dlq") == Depth(0, 0)

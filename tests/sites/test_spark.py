@@ -38,6 +38,22 @@ def _alive_workers(address: str) -> dict[str, dict[str, Any]]:
     return {w["host"]: w for w in workers if w["state"] == "ALIVE"}
 
 
+def _job_diagnosis(host: Any, master: str) -> str:
+    """What the master and the job's log say: for a failure's message."""
+    try:
+        state = _master_state(master)
+        workers = [(w["host"], w["state"], w["coresused"]) for w in state["workers"]]
+        apps = [(a["name"], a["state"], a["cores"]) for a in state["activeapps"]]
+    except OSError as error:
+        workers, apps = [], [f"master unreadable: {error}"]
+    log = host.run(
+        "journalctl -u enmesh-telemetry --since -15min --no-pager -o cat"
+        " | grep -E 'ERROR|WARN|Exception|stored|Started|exited' | grep -v '^[[:space:]]*at '"
+        " | tail -40"
+    ).stdout
+    return f"master: workers {workers}, applications {apps}\njob's log (last lines):\n{log}"
+
+
 def _stored_ids(site: SiteSpec, prefix: str) -> list[str]:
     """Reading ids of these devices in the job's Parquet output (on the shared storage,
     seen here from the machine's side)."""
@@ -128,12 +144,19 @@ def test_a_worker_host_powered_off_under_readings_loses_none_and_stores_none_twi
         assert accepted == [len(readings)], f"the mesh accepted {accepted} of {len(readings)}"
         wanted = {r.id for r in readings}
         progress = _Progress(cut_at)
-        wait_until(
-            lambda: progress.saw(len(wanted & set(_stored_ids(site, prefix)))) == len(wanted),
-            420,
-            "every reading stored by the remaining worker",
-            interval=1,
-        )
+        try:
+            wait_until(
+                lambda: progress.saw(len(wanted & set(_stored_ids(site, prefix)))) == len(wanted),
+                420,
+                "every reading stored by the remaining worker",
+                interval=1,
+            )
+        except TimeoutError as timeout:
+            missing = wanted - set(_stored_ids(site, prefix))
+            raise AssertionError(
+                f"{timeout}: {len(missing)} of {len(wanted)} missing, e.g. {sorted(missing)[:3]}"
+                f"\n{_job_diagnosis(spark_hosts[spark_master], spark_master)}"
+            ) from None
         recovered = time.monotonic() - cut_at
     finally:
         power_on(site, victim)
