@@ -57,6 +57,9 @@ class Router:
     default_distribution: Distribution = Distribution.BALANCED
     allow_unsettled_multicast: bool = False
     metadata: str | None = None
+    # A neighbour router silent this long is lost (qdrouterd's HELLO max age): the idle
+    # timeout of inter-router connections when shorter than their listener's or connector's.
+    hello_max_age_seconds: int = 3
 
 
 @dataclass(frozen=True, kw_only=True)

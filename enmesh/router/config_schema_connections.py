@@ -32,7 +32,7 @@ from enmesh.router.tls_policy import parse_ciphers, parse_protocols
 
 _MESH_TIMER = (
     "a timer of qdrouterd's HELLO/RA protocol; enmesh routers advertise on every change "
-    "and notice a lost neighbour by its connection (idle timeout)"
+    "and notice a lost neighbour by its connection's silence (helloMaxAgeSeconds)"
 )
 
 ROUTER = EntityType(
@@ -66,9 +66,12 @@ ROUTER = EntityType(
         _a(
             "helloMaxAgeSeconds",
             "integer",
-            IGNORE,
-            _MESH_TIMER,
+            IMPL,
+            "a neighbour router silent this long is lost and routes go around it: the idle "
+            "timeout of inter-router connections when shorter than their listener's or "
+            "connector's (each side sends a frame every half of it)",
             default="3",
+            convert=v.integer(1),
             aliases=("helloMaxAge",),
         ),
         _a(

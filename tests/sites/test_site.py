@@ -4,8 +4,11 @@ site's bridge), then a router host powered off and back on."""
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +33,16 @@ WILDCARDS = {"0.0.0.0", "::", "[::]"}
 # after the router's idle timeout (16 s) and resent; its new copy may wait until the
 # cluster declares the node down (Erlang's net_ticktime: up to about 90 s).
 RECEIVE_PATIENCE = 150.0
+
+
+def _reachable_routers(router: dict[str, Any]) -> int:
+    """What the router's metrics say of the mesh: how many other routers it reaches."""
+    url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as got:
+        text = got.read().decode()
+    found = re.search(r"^enmesh_router_reachable_routers\{[^}]*\} (\d+)", text, re.M)
+    assert found, f"no enmesh_router_reachable_routers at {url}"
+    return int(found[1])
 
 
 def _units(deployment: dict[str, Any], address: str) -> list[str]:
@@ -160,8 +173,23 @@ def test_messages_flow_while_a_router_host_is_off_and_it_rejoins(
     brokers = {b["host"] for b in deployment["brokers"]}
     victim = next(h for h in site.host_list() if h.address not in brokers)
     others = sorted({r["host"] for r in deployment["routers"]} - {victim.address})
+    survivors = [r for r in deployment["routers"] if r["host"] in others]
+    meshed = {r["id"]: _reachable_routers(r) for r in survivors}
     power_off(site, victim)
+    cut_at = time.monotonic()
     try:
+        # The others drop it after helloMaxAgeSeconds (3 s) of silence and route around
+        # it; anycast no longer picks the dead host's consumers.
+        wait_until(
+            lambda: all(_reachable_routers(r) == meshed[r["id"]] - 1 for r in survivors),
+            15,
+            f"the other routers to lose {victim.address}",
+            interval=0.1,
+        )
+        print(
+            f"router host {victim.address} powered off: the mesh went around it in "
+            f"{time.monotonic() - cut_at:.1f} s"
+        )
         for address in ("telemetry", "events"):
             assert len(_through(stack, deployment, others[0], others[-1], address, 50)) == 50
     finally:
