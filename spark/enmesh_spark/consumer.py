@@ -33,9 +33,14 @@ class Received:
     delivery: Any  # proton.Delivery, settled on the consumer's thread only
 
 
+# A router silent this long is taken as gone (its host may have lost power: no FIN, no
+# RST); proton sends a frame every half of it, and the router does the same.
+HEARTBEAT_SECONDS = 10.0
+
+
 @dataclass(frozen=True)
 class Source:
-    url: str
+    url: str  # one URL, or several separated by commas: the first that opens is used
     address: str
     user: str | None = None
     password: str | None = field(default=None, repr=False)
@@ -43,11 +48,14 @@ class Source:
     ca: str | None = None
     window: int = 1000
 
+    def urls(self) -> list[str]:
+        return [url.strip() for url in self.url.split(",") if url.strip()]
+
 
 class _Handler(MessagingHandler):
-    def __init__(self, source: Source, inbox: queue.Queue[Received | Exception]) -> None:
+    def __init__(self, source: Source, url: str, inbox: queue.Queue[Received | Exception]) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=False)
-        self.source, self.inbox = source, inbox
+        self.source, self.url, self.inbox = source, url, inbox
         self.injector = EventInjector()
         self.receiver: Any = None
         self.connection: Any = None
@@ -55,15 +63,8 @@ class _Handler(MessagingHandler):
 
     def on_start(self, event: Any) -> None:
         event.container.selectable(self.injector)
-        options = connect_options(
-            self.source.url,
-            user=self.source.user,
-            password=self.source.password,
-            vhost=self.source.vhost,
-            ca=None if self.source.ca is None else Path(self.source.ca),
-            mechanisms="SCRAM-SHA-256 PLAIN",
-        )
-        self.connection = event.container.connect(**options)
+        options = connect_options_of(self.source, self.url)
+        self.connection = event.container.connect(**options, heartbeat=HEARTBEAT_SECONDS)
         self.receiver = event.container.create_receiver(self.connection, self.source.address)
 
     def on_link_opened(self, event: Any) -> None:
@@ -89,7 +90,7 @@ class _Handler(MessagingHandler):
 
     def _fail(self, what: str, condition: Any) -> None:
         reason = f"{condition.name}: {condition.description}" if condition else "closed"
-        self.inbox.put(ConsumerError(f"{what} {self.source.url} {self.source.address}: {reason}"))
+        self.inbox.put(ConsumerError(f"{what} {self.url} {self.source.address}: {reason}"))
         self.opened.set()
 
     def on_link_error(self, event: Any) -> None:
@@ -105,19 +106,49 @@ class _Handler(MessagingHandler):
         self._fail("disconnected from", None)
 
 
-class Consumer:
-    """Receive from `source` on a background thread; `accept` settles given deliveries."""
+def connect_options_of(source: Source, url: str) -> dict[str, Any]:
+    """`Container.connect` keywords for `source`'s user at `url` (one of its URLs)."""
+    return connect_options(
+        url,
+        user=source.user,
+        password=source.password,
+        vhost=source.vhost,
+        ca=None if source.ca is None else Path(source.ca),
+        mechanisms="SCRAM-SHA-256 PLAIN",
+    )
 
-    def __init__(self, source: Source, open_timeout: float = 30) -> None:
+
+class Consumer:
+    """Receive from `source` on a background thread; `accept` settles given deliveries.
+
+    The source's URLs are tried in turn, each for `open_timeout` seconds: a router whose
+    host is down does not stop the job, which a restart brings to the next one.
+    """
+
+    def __init__(self, source: Source, open_timeout: float = 15) -> None:
+        problems = []
+        for url in source.urls():
+            try:
+                self._open(source, url, open_timeout)
+                return
+            except ConsumerError as error:
+                problems.append(str(error))
+        raise ConsumerError("; ".join(problems) or f"no URL for {source.address}")
+
+    def _open(self, source: Source, url: str, open_timeout: float) -> None:
         self.inbox: queue.Queue[Received | Exception] = queue.Queue()
-        self._handler = _Handler(source, self.inbox)
+        self._handler = _Handler(source, url, self.inbox)
         self._container = Container(self._handler)
         self._thread = threading.Thread(target=self._container.run, daemon=True, name="amqp")
         self._thread.start()
         if not self._handler.opened.wait(open_timeout):
             self.close()
-            raise ConsumerError(f"no link to {source.address} at {source.url} in {open_timeout}s")
-        self._raise_pending()
+            raise ConsumerError(f"no link to {source.address} at {url} in {open_timeout}s")
+        try:
+            self._raise_pending()
+        except ConsumerError:
+            self.close()
+            raise
 
     def _raise_pending(self) -> None:
         try:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from proton import Message
+from proton import ConnectionException, Message, Timeout
 from proton.utils import BlockingConnection
 from pyspark.sql.datasource import (
     DataSource,
@@ -34,8 +34,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from enmesh.clients import connect_options
-from enmesh_spark.consumer import Consumer, Received, Source
+from enmesh_spark.consumer import (
+    HEARTBEAT_SECONDS,
+    Consumer,
+    ConsumerError,
+    Received,
+    Source,
+    connect_options_of,
+)
 
 READ_SCHEMA = (
     "id string, address string, subject string, body string, "
@@ -204,17 +210,7 @@ class _Commit(WriterCommitMessage):
 def send_rows(options: dict[str, str], rows: Iterator[Any]) -> int:
     """Send every row as a message and wait until each is accepted; returns the count."""
     source = source_from({"address": "unused", **_lower(options)})
-    connection = BlockingConnection(
-        **connect_options(
-            source.url,
-            user=source.user,
-            password=source.password,
-            vhost=source.vhost,
-            ca=None if source.ca is None else Path(source.ca),
-            mechanisms="SCRAM-SHA-256 PLAIN",
-        ),
-        timeout=_int(options, "timeoutSeconds", 30),
-    )
+    connection = _connect_any(source, _int(options, "timeoutSeconds", 30))
     senders: dict[str, Any] = {}
     sent = 0
     try:
@@ -240,6 +236,19 @@ def send_rows(options: dict[str, str], rows: Iterator[Any]) -> int:
     finally:
         connection.close()
     return sent
+
+
+def _connect_any(source: Source, timeout: float) -> BlockingConnection:
+    """A connection to the first of the source's URLs that answers."""
+    problems = []
+    for url in source.urls():
+        try:
+            return BlockingConnection(
+                **connect_options_of(source, url), timeout=timeout, heartbeat=HEARTBEAT_SECONDS
+            )
+        except (ConnectionException, Timeout) as error:
+            problems.append(f"{url}: {error}")
+    raise ConsumerError("amqp sink: no router answered: " + "; ".join(problems))
 
 
 class AmqpBatchWriter(DataSourceWriter):

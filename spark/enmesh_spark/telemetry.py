@@ -251,7 +251,12 @@ def _options(args: argparse.Namespace, address: str) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="enmesh-telemetry", description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="router URL, e.g. amqps://127.0.0.1:5671")
+    parser.add_argument(
+        "--url",
+        required=True,
+        help="router URL, e.g. amqps://127.0.0.1:5671, or several separated by commas "
+        "(the first that answers is used; a router lost ends the job for a restart)",
+    )
     parser.add_argument("--user", required=True, help="SASL identity, e.g. backend@iot")
     parser.add_argument("--password-file", type=Path, required=True)
     parser.add_argument("--ca", type=Path, help="CA certificate for amqps")

@@ -15,10 +15,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from enmesh_spark.consumer import Consumer, Source
+from enmesh_spark.consumer import HEARTBEAT_SECONDS, Consumer, ConsumerError, Source
 from enmesh_spark.simulator import Reading, expected_anomalies, generate, send
 from enmesh_spark.source import AmqpStreamReader, send_rows
 from tests.support.mesh import Mesh, wait_until
+from tests.support.ports import free_port
 from tests.support.stack import brokered_mesh
 from tests.support.windows import assert_windows_match
 
@@ -218,3 +219,28 @@ def test_the_source_holds_credit_for_two_batches(stack: Mesh, tmp_path: Path) ->
     finally:
         reader.stop()
     assert sorted(read) == sorted(r.id for r in readings)
+
+
+def test_the_source_uses_the_first_router_that_answers_and_leaves_one_gone_silent(
+    stack: Mesh,
+) -> None:
+    """The job's `--url` lists every router: one that refuses is skipped; one that falls
+    silent (its host froze or lost power: no FIN, no RST) ends the consumer with an
+    error after the heartbeat time, so the job restarts on the next router."""
+    identity = "backend@iot"
+    refusing = f"amqps://127.0.0.1:{free_port()}"
+    urls = ",".join([refusing, stack.url(0, tls=True)])
+    source = Source(urls, "events", identity, stack.passwords[identity], "iot", str(stack.ca))
+    consumer = Consumer(source)
+    router = stack.routers[0]
+    assert router.process is not None
+    try:
+        assert consumer.take(1, 0.2) == []  # open, on router 0
+        os.killpg(router.process.pid, signal.SIGSTOP)
+        with pytest.raises(ConsumerError, match=r"127\.0\.0\.1"):
+            wait_until(
+                lambda: bool(consumer.take(1, 0.5)), 3 * HEARTBEAT_SECONDS, "the consumer to fail"
+            )
+    finally:
+        os.killpg(router.process.pid, signal.SIGCONT)
+        consumer.close()
