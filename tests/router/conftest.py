@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from proton import LinkException
+from proton import LinkException, Message
 
 from tests.support.amqp import Account, Scenario
 from tests.support.mesh import Mesh, build_mesh
@@ -80,3 +80,29 @@ class ConsumerFirst(Scenario):
         if event.link.name == "consumer":
             conn = self.open(account(self.mesh, self.producer_at, "device@iot"))
             event.container.create_sender(conn, "telemetry", name="producer")
+
+
+class SendN(ConsumerFirst):
+    """N unsettled messages from device@iot on `producer_at` to backend@iot on
+    `consumer_at`; every connection closed once the producer has N outcomes."""
+
+    def __init__(self, mesh: Mesh, total: int, producer_at: int, consumer_at: int) -> None:
+        super().__init__(mesh)
+        self.total, self.producer_at, self.consumer_at = total, producer_at, consumer_at
+        self.sent = self.settled = self.received = self.accepted = 0
+
+    def on_sendable(self, event: Any) -> None:
+        while event.sender.credit > 0 and self.sent < self.total:
+            event.sender.send(Message(body=self.sent))
+            self.sent += 1
+
+    def on_message(self, event: Any) -> None:
+        self.received += 1
+
+    def on_accepted(self, event: Any) -> None:
+        self.accepted += 1
+
+    def on_settled(self, event: Any) -> None:
+        self.settled += 1
+        if self.settled == self.total:
+            self.done()

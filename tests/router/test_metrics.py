@@ -14,7 +14,7 @@ from typing import Any
 from proton import Message
 from proton.utils import SyncRequestResponse
 
-from tests.router.conftest import ConsumerFirst, account
+from tests.router.conftest import SendN, account
 from tests.support.amqp import run
 from tests.support.mesh import Mesh
 
@@ -66,29 +66,6 @@ def address_row(mesh: Mesh, router: int, key: str = ADDRESS) -> dict[str, Any]:
     names = reply.body["attributeNames"]
     rows = [dict(zip(names, row, strict=True)) for row in reply.body["results"]]
     return next(row for row in rows if row["name"] == f"M0{key}")  # qdrouterd's hash key
-
-
-class SendN(ConsumerFirst):
-    """N unsettled messages from device@iot on `producer_at` to backend@iot on
-    `consumer_at`; every connection closed once the producer has N outcomes."""
-
-    def __init__(self, mesh: Mesh, total: int, producer_at: int, consumer_at: int) -> None:
-        super().__init__(mesh)
-        self.total, self.producer_at, self.consumer_at = total, producer_at, consumer_at
-        self.sent = self.settled = self.received = 0
-
-    def on_sendable(self, event: Any) -> None:
-        while event.sender.credit > 0 and self.sent < self.total:
-            event.sender.send(Message(body=self.sent))
-            self.sent += 1
-
-    def on_message(self, event: Any) -> None:
-        self.received += 1
-
-    def on_settled(self, event: Any) -> None:
-        self.settled += 1
-        if self.settled == self.total:
-            self.done()
 
 
 def send(mesh: Mesh, total: int, producer_at: int, consumer_at: int) -> None:

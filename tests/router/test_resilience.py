@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from proton import Message
 
-from tests.router.conftest import ConsumerFirst, running_mesh
+from tests.router.conftest import ConsumerFirst, SendN, running_mesh
 from tests.support.amqp import run
 from tests.support.mesh import Mesh, wait_until
 
@@ -104,27 +104,6 @@ def test_chain_without_redundancy_loses_and_regains_credit(fragile_chain: Mesh) 
     assert phases.index("b-killed") < phases.index("b-restarted")
 
 
-class SendThrough(ConsumerFirst):
-    """`count` messages from A (0) to the consumer on C (2); every outcome counted."""
-
-    def __init__(self, mesh: Mesh, count: int) -> None:
-        super().__init__(mesh)
-        self.count, self.sent, self.accepted, self.received = count, 0, 0, 0
-
-    def on_sendable(self, event: Any) -> None:
-        while event.sender.credit and self.sent < self.count:
-            event.sender.send(Message(body=self.sent))
-            self.sent += 1
-
-    def on_message(self, event: Any) -> None:
-        self.received += 1
-
-    def on_accepted(self, event: Any) -> None:
-        self.accepted += 1
-        if self.accepted == self.count:
-            self.done()
-
-
 def test_a_router_that_falls_silent_is_lost_within_its_hello_max_age(ring: Mesh) -> None:
     """B stops (SIGSTOP: as a host that froze or lost power, no FIN, no RST): A and C
     notice by its silence after helloMaxAgeSeconds (3 s, the inter-router connections'
@@ -142,7 +121,7 @@ def test_a_router_that_falls_silent_is_lost_within_its_hello_max_age(ring: Mesh)
             interval=0.1,
         )
         lost_after = time.monotonic() - frozen_at
-        through = SendThrough(ring, 50)
+        through = SendN(ring, 50, producer_at=0, consumer_at=2)
         run(through, timeout=30)
         assert through.received == through.accepted == 50
     finally:

@@ -4,7 +4,6 @@ site's bridge), then a router host powered off and back on."""
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import urllib.parse
@@ -24,7 +23,7 @@ from enmesh.deploy.smoke import _pump_until_done as pump_until_done
 from enmesh.deploy.smoke_run import run_smoke
 from tests.sites.clients import RECEIVER, SENDER, SPACE, router_url, send_until_accepted
 from tests.support.amqp import Scenario, run
-from tests.support.mesh import wait_until
+from tests.support.mesh import reachable_routers_in, wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
 
@@ -40,9 +39,9 @@ def _reachable_routers(router: dict[str, Any]) -> int:
     url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
     with urllib.request.urlopen(url, timeout=5) as got:
         text = got.read().decode()
-    found = re.search(r"^enmesh_router_reachable_routers\{[^}]*\} (\d+)", text, re.M)
-    assert found, f"no enmesh_router_reachable_routers at {url}"
-    return int(found[1])
+    reachable = reachable_routers_in(text)
+    assert reachable >= 0, f"no enmesh_router_reachable_routers at {url}"
+    return reachable
 
 
 def _units(deployment: dict[str, Any], address: str) -> list[str]:

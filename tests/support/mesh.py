@@ -47,6 +47,12 @@ def wait_until(
         time.sleep(interval)
 
 
+def reachable_routers_in(metrics: str) -> int:
+    """How many other routers a router's /metrics text says it reaches (-1: not said)."""
+    match = re.search(r"^enmesh_router_reachable_routers\{[^}]*\} (\d+)", metrics, re.M)
+    return int(match[1]) if match else -1
+
+
 @dataclass
 class RouterProcess:
     index: int
@@ -113,8 +119,7 @@ class RouterProcess:
             text = self.metrics()
         except OSError:
             return -1
-        match = re.search(r"^enmesh_router_reachable_routers\{[^}]*\} (\d+)", text, re.M)
-        return int(match[1]) if match else -1
+        return reachable_routers_in(text)
 
 
 @dataclass
