@@ -121,7 +121,11 @@ class Stack:
         return secret.read_text(encoding="utf-8").rstrip("\r\n")
 
     @contextmanager
-    def connect(self, url: str, identity: str, space: str) -> Iterator[BlockingConnection]:
+    def connect(
+        self, url: str, identity: str, space: str, timeout: float = TIMEOUT
+    ) -> Iterator[BlockingConnection]:
+        """A blocking connection as `identity` of `space`; `timeout` bounds every wait
+        (an outcome included)."""
         options = connect_options(
             url,
             user=identity,
@@ -133,7 +137,7 @@ class Stack:
             mechanisms=DEFAULT_MECHANISMS,
         )
         options.pop("reconnect")
-        connection = BlockingConnection(timeout=TIMEOUT, **options)
+        connection = BlockingConnection(timeout=timeout, **options)
         try:
             yield connection
         finally:

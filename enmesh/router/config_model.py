@@ -57,8 +57,8 @@ class Router:
     default_distribution: Distribution = Distribution.BALANCED
     allow_unsettled_multicast: bool = False
     metadata: str | None = None
-    # A neighbour router silent this long is lost (qdrouterd's HELLO max age): the idle
-    # timeout of inter-router connections when shorter than their listener's or connector's.
+    # A neighbour router silent this long is lost (qdrouterd's HELLO max age): routes go
+    # around it while its connection waits for its own idle timeout (enmesh.router.liveness).
     hello_max_age_seconds: int = 3
 
 

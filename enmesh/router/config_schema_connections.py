@@ -67,9 +67,10 @@ ROUTER = EntityType(
             "helloMaxAgeSeconds",
             "integer",
             IMPL,
-            "a neighbour router silent this long is lost and routes go around it: the idle "
-            "timeout of inter-router connections when shorter than their listener's or "
-            "connector's (each side sends a frame every half of it)",
+            "a neighbour router silent this long is lost and routes go around it; its "
+            "connection stays open until the listener's or connector's idle timeout, so a "
+            "neighbour that only paused fails no message in flight (inter-router connections "
+            "advertise this as their idle timeout: each side sends a frame every half of it)",
             default="3",
             convert=v.integer(1),
             aliases=("helloMaxAge",),

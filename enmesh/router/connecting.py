@@ -54,6 +54,7 @@ class ConnectionInfo:
     session_frames: int = 0  # maxSessionFrames: every session's incoming window
     authenticated: Authenticated | None = None  # what an authServicePlugin's service said
     will_links: int = 0  # `$lwt` links attached (enmesh.router.wills)
+    idle_timeout_seconds: float = 0.0  # the listener's or connector's (0: none)
 
     def internal(self, address: str) -> str:
         return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address
@@ -110,6 +111,7 @@ class Connecting:
         )
         _limit(transport, listener, self.router.config.router.hello_max_age_seconds)
         info = ConnectionInfo(
+            idle_timeout_seconds=float(listener.idle_timeout_seconds),
             role=listener.role,
             name=listener_name(listener),
             outgoing=False,
@@ -195,6 +197,7 @@ class Connecting:
         )
         state.socket = conn
         info = ConnectionInfo(
+            idle_timeout_seconds=float(connector.idle_timeout_seconds),
             role=connector.role,
             name=connector.name,
             outgoing=True,
@@ -246,9 +249,10 @@ class Connecting:
 def _limit(transport: Transport, endpoint: Listener | Connector, hello_max_age: int) -> None:
     """The listener's or connector's idleTimeoutSeconds, maxFrameSize, maxSessions.
 
-    A neighbour router is lost once silent for `hello_max_age` (qdrouterd's HELLO max
-    age): AMQP's idle timeout makes both ends send a frame every half of it, so a router
-    whose host died silently is noticed in seconds, not at the 16 s default.
+    An inter-router connection advertises `hello_max_age` (qdrouterd's HELLO max age) if
+    shorter, so that the neighbour sends a frame at least every half of it and its
+    silence is noticed in seconds (enmesh.router.liveness); the endpoint's own timeout is
+    what closes it (`keep_open_through_silence`).
     """
     idle = endpoint.idle_timeout_seconds  # 0: none
     if endpoint.role == INTER_ROUTER and hello_max_age and (not idle or hello_max_age < idle):

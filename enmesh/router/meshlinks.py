@@ -17,6 +17,7 @@ from proton import Link, Message, Receiver, Sender
 from enmesh.router.clientlinks import refuse
 from enmesh.router.forwarding import set_address
 from enmesh.router.inlinks import InLink
+from enmesh.router.liveness import NeighbourWatch, keep_open_through_silence
 from enmesh.router.mesh import RouterAdvertisement
 from enmesh.router.routing import TRANSIT_PREFIX
 
@@ -37,6 +38,7 @@ class MeshLinks:
     def __init__(self, router: Router) -> None:
         self.router = router
         self._advertise_scheduled = False
+        self.watch = NeighbourWatch(router)
 
     def attach(self, conn: ProtonSocket, info: ConnectionInfo, link: Link) -> None:
         """A link another router attached: control, transit, or part of a link route."""
@@ -74,6 +76,8 @@ class MeshLinks:
             old.abort("amqp:connection:forced", "replaced by a newer connection")
         info.neighbour = neighbour
         self.router.neighbours[neighbour] = conn
+        keep_open_through_silence(conn, info)
+        self.watch.connected(neighbour, conn)
         control = self.router.session_of(conn).sender(f"control/{self.router.id}")
         control.target.address = CONTROL_ADDRESS
         control.snd_settle_mode = Link.SND_SETTLED
@@ -84,7 +88,7 @@ class MeshLinks:
         self.neighbours_changed()
 
     def neighbours_changed(self) -> None:
-        live = [n for n, c in self.router.neighbours.items() if not c.closed]
+        live = [n for n, c in self.router.neighbours.items() if self.watch.live(n, c)]
         ra = self.router.mesh.update_local(neighbours=live)
         if ra is not None:
             self._flood(ra, exclude=None)

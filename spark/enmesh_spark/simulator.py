@@ -165,17 +165,17 @@ def send(
     rate: float | None = None,
     timeout: float = 30,
     at_timestamps: bool = False,
-) -> int:
+) -> dict[str, int]:
     """Send the readings (at most `rate` per second when given; with `at_timestamps`, each
     when the clock reaches its timestamp, not that long after the link opens); returns how
-    many the mesh accepted."""
+    many had each outcome (accepted, rejected, released, modified)."""
     vhost = user.split("@", 1)[1] if user and "@" in user else None
     pace = 0.0 if rate is None else len(readings) / rate
     endpoint = Endpoint(
         url, address, user, password, vhost, None if ca is None else Path(ca), None, timeout + pace
     )
     start_at = readings[0].ts_ms / 1000 if at_timestamps and readings else None
-    return send_messages(endpoint, messages(readings), rate, start_at).outcomes["accepted"]
+    return dict(send_messages(endpoint, messages(readings), rate, start_at).outcomes)
 
 
 def run(args: argparse.Namespace, endpoint: Endpoint) -> int:

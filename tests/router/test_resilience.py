@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from proton import Message
+from proton import Delivery, Message
 
 from tests.router.conftest import ConsumerFirst, SendN, running_mesh
 from tests.support.amqp import run
@@ -106,8 +108,8 @@ def test_chain_without_redundancy_loses_and_regains_credit(fragile_chain: Mesh) 
 
 def test_a_router_that_falls_silent_is_lost_within_its_hello_max_age(ring: Mesh) -> None:
     """B stops (SIGSTOP: as a host that froze or lost power, no FIN, no RST): A and C
-    notice by its silence after helloMaxAgeSeconds (3 s, the inter-router connections'
-    idle timeout), not after the 16 s idle timeout of other connections."""
+    notice by its silence after helloMaxAgeSeconds (3 s), not after the 16 s idle
+    timeout of its connections."""
     a, b, c = ring.routers
     ring.wait_converged()
     assert b.process is not None
@@ -127,3 +129,79 @@ def test_a_router_that_falls_silent_is_lost_within_its_hello_max_age(ring: Mesh)
     finally:
         os.killpg(b.process.pid, signal.SIGCONT)
     print(f"B lost by A and C {lost_after:.1f} s after it fell silent")
+
+
+class PacedThroughB(ConsumerFirst):
+    """Producer on A, consumer on C of the chain A - B - C: `total` unsettled messages,
+    one every `interval` seconds; the outcomes counted by kind."""
+
+    def __init__(self, mesh: Mesh, total: int, interval: float) -> None:
+        super().__init__(mesh)
+        self.total, self.interval = total, interval
+        self.sent = self.received = 0
+        self.outcomes: Counter[str] = Counter()
+        self.producer: Any = None
+
+    def on_link_opened(self, event: Any) -> None:
+        super().on_link_opened(event)
+        if event.link.name == "producer":
+            self.producer = event.link
+            event.container.schedule(self.interval, self)
+
+    def on_timer_task(self, event: Any) -> None:
+        if self.producer.credit > 0 and self.sent < self.total:
+            self.producer.send(Message(body=self.sent))
+            self.sent += 1
+        if self.sent < self.total:
+            event.container.schedule(self.interval, self)
+
+    def on_message(self, event: Any) -> None:
+        self.received += 1
+
+    def on_settled(self, event: Any) -> None:
+        self.outcomes[OUTCOME_NAMES.get(event.delivery.remote_state, "none")] += 1
+        if sum(self.outcomes.values()) == self.total:
+            self.done()
+
+
+OUTCOME_NAMES = {
+    Delivery.ACCEPTED: "accepted",
+    Delivery.REJECTED: "rejected",
+    Delivery.RELEASED: "released",
+    Delivery.MODIFIED: "modified",
+}
+
+
+def test_a_neighbour_that_pauses_past_its_hello_max_age_fails_no_message_in_flight(
+    fragile_chain: Mesh,
+) -> None:
+    """B stops for a moment longer than helloMaxAgeSeconds (a stalled process, a starved
+    CPU), then goes on. A routes around it meanwhile, but keeps its connection (closed
+    only at the idle timeout, 16 s): what A had sent into it reaches C once B wakes, and
+    every producer's message is accepted, none `modified` for a path that was only slow."""
+    a, b, _ = fragile_chain.routers
+    assert b.process is not None
+    scenario = PacedThroughB(fragile_chain, total=600, interval=0.02)
+    failures: list[BaseException] = []
+
+    def flow() -> None:
+        try:
+            run(scenario, timeout=120)
+        except BaseException as error:  # reported by the test's thread
+            failures.append(error)
+
+    flowing = threading.Thread(target=flow, name="paced-through-b", daemon=True)
+    flowing.start()
+    wait_until(lambda: scenario.outcomes["accepted"] >= 50, 30, "50 accepted through B")
+    os.killpg(b.process.pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        wait_until(lambda: a.reachable_routers() == 0, 10, "A to lose B", interval=0.1)
+        lost_after = time.monotonic() - stopped_at
+    finally:
+        os.killpg(b.process.pid, signal.SIGCONT)
+    flowing.join(150)
+    assert not flowing.is_alive() and not failures, failures
+    assert scenario.outcomes == {"accepted": 600}, scenario.outcomes
+    assert scenario.received == 600
+    print(f"B silent {lost_after:.1f} s (lost by A), then back: 600 of 600 accepted")

@@ -4,7 +4,6 @@ producer of 1,000 persistent messages without losing one the mesh acknowledged."
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
 import threading
@@ -23,6 +22,7 @@ from tests.sites.clients import (
     router_url,
     send_until_accepted,
 )
+from tests.sites.whole import node_name, rabbitmqctl, running_nodes, wait_until_whole
 from tests.support.mesh import wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
@@ -35,22 +35,16 @@ CUT_AFTER = 300  # acknowledged messages before the plug is pulled
 DRAIN_SECONDS = 180.0
 
 
-def _ctl(host: Any, node: str, *args: str) -> Any:
-    out = host.check_output(" ".join(["rabbitmqctl", "--node", node, *args, "--formatter", "json"]))
-    return json.loads(out)
-
-
-def _node(broker: dict[str, Any], address: str) -> str:
-    return str(next(n["name"] for n in broker["nodes"] if n["host"] == address))
-
-
-def _running_nodes(host: Any, broker: dict[str, Any], address: str) -> set[str]:
-    return set(_ctl(host, _node(broker, address), "cluster_status")["running_nodes"])
-
-
 def _queue_members(host: Any, broker: dict[str, Any], address: str) -> dict[str, Any]:
-    rows = _ctl(
-        host, _node(broker, address), "list_queues", "--vhost", VHOST, "name", "leader", "members"
+    rows = rabbitmqctl(
+        host,
+        node_name(broker, address),
+        "list_queues",
+        "--vhost",
+        VHOST,
+        "name",
+        "leader",
+        "members",
     )
     return {row["name"]: row for row in rows}
 
@@ -62,7 +56,7 @@ def test_the_nodes_form_one_cluster_and_every_quorum_queue_has_a_replica_on_each
     everyone = {n["name"] for n in broker["nodes"]}
     assert len(everyone) == len(hosts) == 3
     for node in broker["nodes"]:
-        assert _running_nodes(hosts[node["host"]], broker, node["host"]) == everyone
+        assert running_nodes(hosts[node["host"]], broker, node["host"]) == everyone
     queues = _queue_members(hosts[broker["host"]], broker, broker["host"])
     assert BROKER_QUEUE in queues
     for name, row in queues.items():
@@ -166,7 +160,7 @@ def test_the_leaders_host_powered_off_under_a_producer_loses_no_acknowledged_mes
             row
             for node in broker["nodes"]
             if node["host"] != victim.address
-            for row in _ctl(
+            for row in rabbitmqctl(
                 hosts[node["host"]],
                 node["name"],
                 "list_queues",
@@ -197,10 +191,11 @@ def test_the_leaders_host_powered_off_under_a_producer_loses_no_acknowledged_mes
     # Its unit starts the node at boot; it rejoins the cluster and the queue's replica.
     everyone = {n["name"] for n in broker["nodes"]}
     wait_until(
-        lambda: _running_nodes(hosts[entry], broker, entry) == everyone,
+        lambda: running_nodes(hosts[entry], broker, entry) == everyone,
         180,
         f"{victim.address} rejoining the cluster",
         interval=1,
     )
     members = _queue_members(hosts[entry], broker, entry)[BROKER_QUEUE]["members"]
     assert set(members) == everyone
+    wait_until_whole(hosts, deployment)  # the routers connected to it again

@@ -22,6 +22,7 @@ from enmesh.deploy.smoke import Stack
 from enmesh.deploy.smoke import _pump_until_done as pump_until_done
 from enmesh.deploy.smoke_run import run_smoke
 from tests.sites.clients import RECEIVER, SENDER, SPACE, router_url, send_until_accepted
+from tests.sites.whole import wait_until_whole
 from tests.support.amqp import Scenario, run
 from tests.support.mesh import reachable_routers_in, wait_until
 from tests.support.sites import SiteSpec
@@ -131,7 +132,10 @@ def _through(  # noqa: PLR0917
 
     def send() -> None:
         try:
-            with stack.connect(router_url(deployment, src), SENDER, SPACE) as sending:
+            # An outcome may wait as long as a message: a queue's leader on a host that
+            # lost power holds publishes until its cluster declares it down.
+            url = router_url(deployment, src)
+            with stack.connect(url, SENDER, SPACE, timeout=patience) as sending:
                 sender = sending.create_sender(address)
                 for i in range(count):
                     send_until_accepted(sender, f"{nonce} {i}", retries)
@@ -167,7 +171,7 @@ def test_messages_cross_hosts(stack: Stack, deployment: dict[str, Any], address:
 
 
 def test_messages_flow_while_a_router_host_is_off_and_it_rejoins(
-    stack: Stack, deployment: dict[str, Any], site: SiteSpec
+    stack: Stack, deployment: dict[str, Any], site: SiteSpec, hosts: dict[str, Any]
 ) -> None:
     brokers = {b["host"] for b in deployment["brokers"]}
     victim = next(h for h in site.host_list() if h.address not in brokers)
@@ -203,6 +207,7 @@ def test_messages_flow_while_a_router_host_is_off_and_it_rejoins(
         return len(got) == 5
 
     wait_until(rejoined, 90, f"the router on {victim.address} rejoining the mesh", interval=1)
+    wait_until_whole(hosts, deployment)  # its broker node too, before the next check
 
 
 def test_units_log_to_the_journal(hosts: dict[str, Any], deployment: dict[str, Any]) -> None:
@@ -239,7 +244,7 @@ class _FollowTheList(Scenario):
 
 
 def test_a_client_follows_the_failover_list_to_another_host(
-    stack: Stack, deployment: dict[str, Any], site: SiteSpec
+    stack: Stack, deployment: dict[str, Any], site: SiteSpec, hosts: dict[str, Any]
 ) -> None:
     """A proton client given one router's URL only (enmesh.client_failover): its router's
     open frame lists the routers of the other hosts; the host is powered off (no RST, no
@@ -259,6 +264,7 @@ def test_a_client_follows_the_failover_list_to_another_host(
         scenario = run(_FollowTheList(options, lambda: power_off(site, victim)), timeout=120)
     finally:
         power_on(site, victim)
+    wait_until_whole(hosts, deployment)  # its router and broker node back, for what follows
     others = {r["host"] for r in deployment["routers"]} - {victim.address}
     listed = {urllib.parse.urlsplit(url).hostname for url in scenario.followed}
     assert listed == others

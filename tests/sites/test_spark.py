@@ -5,6 +5,7 @@ of a worker powered off while readings flow, without a reading lost or stored tw
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.request
@@ -66,6 +67,35 @@ def _jobs_router(host: Any, deployment: dict[str, Any]) -> dict[str, Any] | None
     return routers[0] if len(routers) == 1 else None
 
 
+def _router_outcomes(deployment: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per router, how many of the deliveries it sent came back released, modified or
+    rejected (its /metrics): for a failure's message."""
+    counts: dict[str, dict[str, int]] = {}
+    for router in deployment["routers"]:
+        url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as got:
+                text = got.read().decode()
+        except OSError:
+            continue
+        found = re.findall(
+            r"^enmesh_router_deliveries_(released|modified|rejected)_total\{[^}]*\} (\d+)",
+            text,
+            re.M,
+        )
+        counts[router["id"]] = {outcome: int(n) for outcome, n in found}
+    return counts
+
+
+def _outcomes_since(before: dict[str, dict[str, int]], deployment: dict[str, Any]) -> str:
+    after = _router_outcomes(deployment)
+    changes = {
+        router: {k: n - before.get(router, {}).get(k, 0) for k, n in now.items()}
+        for router, now in after.items()
+    }
+    return str({r: {k: n for k, n in c.items() if n} for r, c in changes.items()})
+
+
 def _stored_ids(site: SiteSpec, prefix: str) -> list[str]:
     """Reading ids of these devices in the job's Parquet output (on the shared storage,
     seen here from the machine's side)."""
@@ -124,12 +154,12 @@ def test_a_worker_host_powered_off_under_readings_loses_none_and_stores_none_twi
     readings = generate(
         seed=23, devices=4, rate=RATE, duration=SECONDS, start_ms=began, device_prefix=prefix
     )
-    accepted: list[int] = []
+    outcomes: list[dict[str, int]] = []
 
     def produce() -> None:
         url = router_url(deployment, deployment["routers"][0]["host"])
         password = stack.password(SENDER)
-        accepted.append(
+        outcomes.append(
             send(
                 readings,
                 url=url,
@@ -151,9 +181,14 @@ def test_a_worker_host_powered_off_under_readings_loses_none_and_stores_none_twi
             interval=0.5,
         )
         cut_at = time.monotonic()
+        before = _router_outcomes(deployment)
         power_off(site, victim)
         sending.join(SECONDS + 120)
-        assert accepted == [len(readings)], f"the mesh accepted {accepted} of {len(readings)}"
+        accepted = [sent["accepted"] for sent in outcomes]
+        assert accepted == [len(readings)], (
+            f"the mesh accepted {accepted} of {len(readings)}: {outcomes}; outcomes the "
+            f"routers were given since the cut: {_outcomes_since(before, deployment)}"
+        )
         wanted = {r.id for r in readings}
         progress = _Progress(cut_at)
         try:
@@ -238,7 +273,7 @@ def test_the_job_moves_to_another_router_when_its_router_falls_silent(
     now = moved[-1]
     assert now is not None
     other = next(r for r in deployment["routers"] if r is not silent)
-    sent = send(
+    outcomes = send(
         readings,
         url=router_url(deployment, other["host"]),
         address="readings",
@@ -246,7 +281,7 @@ def test_the_job_moves_to_another_router_when_its_router_falls_silent(
         password=stack.password(SENDER),
         ca=str(stack.ca),
     )
-    assert sent == len(readings)
+    assert outcomes["accepted"] == len(readings), outcomes
     wanted = {r.id for r in readings}
     try:
         wait_until(

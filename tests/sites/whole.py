@@ -1,0 +1,83 @@
+"""The site as a fault test must leave it: every broker node running in its cluster, and
+every router connected to every other router and to every broker node.
+
+A host powered on again is reachable over SSH well before its RabbitMQ node has rejoined
+and the routers have reconnected to it (backoff); a check that ran meanwhile would meet
+a cluster coming back, not the fault it means to test."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from typing import Any
+
+from tests.support.mesh import wait_until
+
+RECOVERY_SECONDS = 240.0  # a RabbitMQ node's boot and rejoin, then the routers' backoff
+
+
+def rabbitmqctl(host: Any, node: str, *args: str) -> Any:
+    out = host.check_output(" ".join(["rabbitmqctl", "--node", node, *args, "--formatter", "json"]))
+    return json.loads(out)
+
+
+def node_name(broker: dict[str, Any], address: str) -> str:
+    return str(next(n["name"] for n in broker["nodes"] if n["host"] == address))
+
+
+def running_nodes(host: Any, broker: dict[str, Any], address: str) -> set[str]:
+    return set(rabbitmqctl(host, node_name(broker, address), "cluster_status")["running_nodes"])
+
+
+def _connections(router: dict[str, Any]) -> dict[str, int]:
+    """The router's open connections by role (its /metrics); empty if it does not answer."""
+    url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as got:
+            text = got.read().decode()
+    except OSError:
+        return {}
+    found = re.findall(r'^enmesh_router_connections\{[^}]*role="([^"]+)"\} (\d+)', text, re.M)
+    return {role: int(n) for role, n in found}
+
+
+def _meshed(deployment: dict[str, Any]) -> bool:
+    nodes = sum(len(b["nodes"]) for b in deployment["brokers"])
+    wanted = {"inter-router": len(deployment["routers"]) - 1, "route-container": nodes}
+    for router in deployment["routers"]:
+        got = _connections(router)
+        if any(got.get(role, 0) != count for role, count in wanted.items()):
+            return False
+    return True
+
+
+def _clustered(hosts: dict[str, Any], deployment: dict[str, Any]) -> bool:
+    for broker in deployment["brokers"]:
+        everyone = {n["name"] for n in broker["nodes"]}
+        try:
+            if any(
+                running_nodes(hosts[n["host"]], broker, n["host"]) != everyone
+                for n in broker["nodes"]
+            ):
+                return False
+        except (AssertionError, RuntimeError, ValueError):  # a node not answering yet
+            return False
+    return True
+
+
+def wait_until_whole(hosts: dict[str, Any], deployment: dict[str, Any]) -> None:
+    """Wait until every broker node runs in its cluster and every router has all its
+    inter-router and broker connections back."""
+    wait_until(
+        lambda: _clustered(hosts, deployment),
+        RECOVERY_SECONDS,
+        "every broker node running in its cluster",
+        interval=2,
+    )
+    wait_until(
+        lambda: _meshed(deployment),
+        RECOVERY_SECONDS,
+        "every router connected to every other router and every broker node",
+        interval=1,
+    )
