@@ -126,7 +126,7 @@ def through_mesh(
     accepted = send(
         readings, url=stack.urls[0], address="readings", user="device@iot",
         password=stack.password("device@iot"), ca=str(stack.ca), rate=rate, at_timestamps=True,
-    )  # fmt: skip
+    )["accepted"]  # fmt: skip
     wanted = {r.id for r in readings}
     deadline = time.time() + wait
     visibility = _Visibility(OUTPUT, wanted)

@@ -63,7 +63,7 @@ def test_readings_sent_through_the_mesh_land_in_parquet(stack: Stack) -> None:
     accepted = send(
         readings, url=stack.urls[-1], address="readings", user="device@iot",
         password=stack.password("device@iot"), ca=str(stack.ca),
-    )  # fmt: skip
+    )["accepted"]  # fmt: skip
     assert accepted == len(readings)
     wanted = {r.id for r in readings}
     wait_until(lambda: wanted <= _stored_ids(), 240, "the job to store the readings")

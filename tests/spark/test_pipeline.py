@@ -74,11 +74,11 @@ def _simulate(
 ) -> None:
     device = _account(mesh, "device@iot", directory)
     password = Path(device["passwordFile"]).read_text()
-    sent = send(
+    outcomes = send(
         readings, url=mesh.url(1, tls=True), address=address, user="device@iot",
         password=password, ca=str(mesh.ca),
     )  # fmt: skip
-    assert sent == len(readings)
+    assert outcomes["accepted"] == len(readings), outcomes
 
 
 def _consumer(mesh: Mesh, router: int, address: str, identity: str) -> Consumer:
