@@ -23,6 +23,13 @@ from enmesh.transport_hints import explain
 
 PASSWORD_ENV = "ENMESH_PASSWORD"
 DEFAULT_MECHANISMS = "SCRAM-SHA-256 PLAIN"
+# A terminal outcome's name, as `Sender.outcomes` counts it.
+OUTCOME_NAMES = {
+    Delivery.ACCEPTED: "accepted",
+    Delivery.REJECTED: "rejected",
+    Delivery.RELEASED: "released",
+    Delivery.MODIFIED: "modified",
+}
 
 
 class ClientError(Exception):
@@ -210,13 +217,7 @@ class Sender(_Client):
             self.wake_pending = True
 
     def on_settled(self, event: Any) -> None:
-        state = event.delivery.remote_state
-        name = {
-            Delivery.ACCEPTED: "accepted",
-            Delivery.REJECTED: "rejected",
-            Delivery.RELEASED: "released",
-            Delivery.MODIFIED: "modified",
-        }.get(state)
+        name = OUTCOME_NAMES.get(event.delivery.remote_state)
         if name:
             self.outcomes[name] += 1
         if sum(self.outcomes.values()) == len(self.messages):

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from proton import Delivery, Message
+from proton import Message
 
+from enmesh.clients import OUTCOME_NAMES
 from tests.router.conftest import ConsumerFirst, SendN, running_mesh
 from tests.support.amqp import run
 from tests.support.mesh import Mesh, wait_until
@@ -162,14 +163,6 @@ class PacedThroughB(ConsumerFirst):
         self.outcomes[OUTCOME_NAMES.get(event.delivery.remote_state, "none")] += 1
         if sum(self.outcomes.values()) == self.total:
             self.done()
-
-
-OUTCOME_NAMES = {
-    Delivery.ACCEPTED: "accepted",
-    Delivery.REJECTED: "rejected",
-    Delivery.RELEASED: "released",
-    Delivery.MODIFIED: "modified",
-}
 
 
 def test_a_neighbour_that_pauses_past_its_hello_max_age_fails_no_message_in_flight(

@@ -4,6 +4,7 @@ producer counts an acknowledgement."""
 from __future__ import annotations
 
 import itertools
+import urllib.request
 from typing import Any
 
 from proton import Delivery, Message
@@ -17,6 +18,13 @@ def router_url(deployment: dict[str, Any], address: str) -> str:
     """The amqps URL of the (first) router on the host at `address`."""
     router = next(r for r in deployment["routers"] if r["host"] == address)
     return f"amqps://{address}:{router['ports']['amqps']}"
+
+
+def router_metrics(router: dict[str, Any]) -> str:
+    """The router's /metrics text (OSError if it does not answer)."""
+    url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as got:
+        return str(got.read().decode())
 
 
 def send_until_accepted(sender: Any, body: str, retries: list[str]) -> None:

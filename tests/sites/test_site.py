@@ -21,7 +21,14 @@ from enmesh.clients import DEFAULT_MECHANISMS, connect_options
 from enmesh.deploy.smoke import Stack
 from enmesh.deploy.smoke import _pump_until_done as pump_until_done
 from enmesh.deploy.smoke_run import run_smoke
-from tests.sites.clients import RECEIVER, SENDER, SPACE, router_url, send_until_accepted
+from tests.sites.clients import (
+    RECEIVER,
+    SENDER,
+    SPACE,
+    router_metrics,
+    router_url,
+    send_until_accepted,
+)
 from tests.sites.whole import wait_until_whole
 from tests.support.amqp import Scenario, run
 from tests.support.mesh import reachable_routers_in, wait_until
@@ -37,11 +44,8 @@ RECEIVE_PATIENCE = 150.0
 
 def _reachable_routers(router: dict[str, Any]) -> int:
     """What the router's metrics say of the mesh: how many other routers it reaches."""
-    url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as got:
-        text = got.read().decode()
-    reachable = reachable_routers_in(text)
-    assert reachable >= 0, f"no enmesh_router_reachable_routers at {url}"
+    reachable = reachable_routers_in(router_metrics(router))
+    assert reachable >= 0, f"no enmesh_router_reachable_routers from {router['id']}"
     return reachable
 
 

@@ -5,7 +5,6 @@ of a worker powered off while readings flow, without a reading lost or stored tw
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import urllib.request
@@ -16,8 +15,8 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from enmesh.deploy.smoke import Stack
 from enmesh_spark.simulator import generate, send
-from tests.sites.clients import SENDER, router_url
-from tests.support.mesh import wait_until
+from tests.sites.clients import SENDER, router_metrics, router_url
+from tests.support.mesh import samples, wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
 
@@ -72,28 +71,23 @@ def _router_outcomes(deployment: dict[str, Any]) -> dict[str, dict[str, int]]:
     rejected (its /metrics): for a failure's message."""
     counts: dict[str, dict[str, int]] = {}
     for router in deployment["routers"]:
-        url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
         try:
-            with urllib.request.urlopen(url, timeout=5) as got:
-                text = got.read().decode()
+            text = router_metrics(router)
         except OSError:
             continue
-        found = re.findall(
-            r"^enmesh_router_deliveries_(released|modified|rejected)_total\{[^}]*\} (\d+)",
-            text,
-            re.M,
-        )
-        counts[router["id"]] = {outcome: int(n) for outcome, n in found}
+        counts[router["id"]] = {
+            outcome: sum(n for _, n in samples(text, f"enmesh_router_deliveries_{outcome}_total"))
+            for outcome in ("released", "modified", "rejected")
+        }
     return counts
 
 
 def _outcomes_since(before: dict[str, dict[str, int]], deployment: dict[str, Any]) -> str:
-    after = _router_outcomes(deployment)
     changes = {
         router: {k: n - before.get(router, {}).get(k, 0) for k, n in now.items()}
-        for router, now in after.items()
+        for router, now in _router_outcomes(deployment).items()
     }
-    return str({r: {k: n for k, n in c.items() if n} for r, c in changes.items()})
+    return str({router: {k: n for k, n in c.items() if n} for router, c in changes.items()})
 
 
 def _stored_ids(site: SiteSpec, prefix: str) -> list[str]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from typing import Any
 
-from tests.support.mesh import wait_until
+from tests.sites.clients import router_metrics
+from tests.support.mesh import samples, wait_until
 
 RECOVERY_SECONDS = 240.0  # a RabbitMQ node's boot and rejoin, then the routers' backoff
 
@@ -31,15 +31,13 @@ def running_nodes(host: Any, broker: dict[str, Any], address: str) -> set[str]:
 
 
 def _connections(router: dict[str, Any]) -> dict[str, int]:
-    """The router's open connections by role (its /metrics); empty if it does not answer."""
-    url = f"http://{router['host']}:{router['ports']['metrics']}/metrics"
+    """The router's open connections by role; empty if it does not answer."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as got:
-            text = got.read().decode()
+        text = router_metrics(router)
     except OSError:
         return {}
-    found = re.findall(r'^enmesh_router_connections\{[^}]*role="([^"]+)"\} (\d+)', text, re.M)
-    return {role: int(n) for role, n in found}
+    found = samples(text, "enmesh_router_connections")
+    return {role[1]: n for labels, n in found if (role := re.search(r'role="([^"]+)"', labels))}
 
 
 def _meshed(deployment: dict[str, Any]) -> bool:

@@ -47,10 +47,16 @@ def wait_until(
         time.sleep(interval)
 
 
+def samples(metrics: str, name: str) -> list[tuple[str, int]]:
+    """(labels, value) of every sample of the integer metric `name` in Prometheus text."""
+    pattern = rf"^{re.escape(name)}\{{([^}}]*)\}} (\d+)$"
+    return [(m[1], int(m[2])) for m in re.finditer(pattern, metrics, re.M)]
+
+
 def reachable_routers_in(metrics: str) -> int:
     """How many other routers a router's /metrics text says it reaches (-1: not said)."""
-    match = re.search(r"^enmesh_router_reachable_routers\{[^}]*\} (\d+)", metrics, re.M)
-    return int(match[1]) if match else -1
+    found = samples(metrics, "enmesh_router_reachable_routers")
+    return found[0][1] if found else -1
 
 
 @dataclass
