@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,9 @@ class ConnectionInfo:
 
     def internal(self, address: str) -> str:
         return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address
+
+
+STAYED_OPEN_SECONDS = 5.0  # the longest backoff: a connection that lasted longer worked
 
 
 @dataclass
@@ -208,8 +212,13 @@ class Connecting:
         conn.connection.open()
         self._adopt(conn, info)
 
-    def retry(self, state: ConnectorState) -> None:
+    def retry(self, state: ConnectorState, opened_at: float | None = None) -> None:
+        """Dial again after the backoff, which doubles on each failure up to 5 s. Only a
+        connection that stayed open a while resets it: a peer that answers the open and
+        closes at once (RabbitMQ with the connection's vhost down) is a failure too."""
         state.socket = None
+        if opened_at is not None and time.monotonic() - opened_at >= STAYED_OPEN_SECONDS:
+            state.backoff = 0.1
         delay = state.backoff
         state.backoff = min(state.backoff * 2, 5.0)
         self.router.loop.call_later(delay, lambda: self.connect(state))

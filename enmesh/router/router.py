@@ -193,9 +193,6 @@ class Router:
         if info.role == INTER_ROUTER:
             self.mesh_links.neighbour_up(conn, info, connection.remote_container or "")
         elif info.role == ROUTE_CONTAINER:
-            state = self.connectors.get(info.name)
-            if state is not None:
-                state.backoff = 0.1
             self.link_routes.broker_up(conn, info.name)
 
     def _on_session_remote_open(self, conn: ProtonSocket, event: Event) -> None:
@@ -350,7 +347,7 @@ class Router:
             self.link_routes.broker_down(info.name, conn)
         state = self.connectors.get(info.name) if info.outgoing else None
         if state is not None and state.socket is conn:
-            self.connecting.retry(state)
+            self.connecting.retry(state, info.opened_at)
 
     def _forget_links(self, links: list[Link]) -> None:
         """Links gone without a detach (their session or connection ended): out of routing,

@@ -7,10 +7,6 @@ answers management writes from any client, as qdrouterd does."""
 
 from __future__ import annotations
 
-import queue
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +17,11 @@ from proton import ConnectionException
 from tests.router.conftest import account
 from tests.support.amqp import Account
 from tests.support.mesh import Mesh, RouterProcess, wait_until
+from tests.support.peer_process import PeerProcess
 from tests.support.ports import free_port, port_is_listening
 from tests.support.qdmanage import Qdmanage, Reply, administered_router, rows
 
 PEER = "fake-broker"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _routed_source_allowed(mesh: Mesh) -> None:
@@ -51,42 +47,6 @@ def _write(admin: Account, operation: str, *args: Any, **kwargs: Any) -> Reply:
     with Qdmanage(admin) as client:
         reply: Reply = getattr(client, operation)(*args, **kwargs)
     return reply
-
-
-class PeerProcess:
-    """tests.support.fake_peer in a process of its own; its event lines, read with a timeout."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.fake_peer", str(self.port)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line.strip())
-
-    def expect(self, wanted: str) -> None:
-        """Wait for the line `wanted` (earlier lines are skipped)."""
-        seen = []
-        while True:
-            try:
-                line = self.lines.get(timeout=30)
-            except queue.Empty:
-                raise AssertionError(f"the peer never said {wanted!r}; it said {seen}") from None
-            seen.append(line)
-            if line == wanted:
-                return
-
-    def stop(self) -> None:
-        self.process.kill()
-        self.process.wait(10)
 
 
 def test_link_routes_of_one_prefix_to_several_connections_use_one_that_is_up(

@@ -4,11 +4,13 @@ producer of 1,000 persistent messages without losing one the mesh acknowledged."
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from proton import ProtonException, Timeout
@@ -22,7 +24,8 @@ from tests.sites.clients import (
     router_url,
     send_until_accepted,
 )
-from tests.sites.whole import node_name, rabbitmqctl, running_nodes, wait_until_whole
+from tests.sites.playbook import run_site_yml
+from tests.sites.whole import node_name, rabbitmqctl, running_nodes, vhosts_down, wait_until_whole
 from tests.support.mesh import wait_until
 from tests.support.sites import SiteSpec
 from tests.support.sites.site import power_off, power_on
@@ -81,6 +84,30 @@ def test_the_nodes_distribution_ports_speak_tls_and_refuse_a_peer_without_a_cert
                 answer = b""
         assert node["host"] in names, f"{address}: the certificate names {names}"
         assert answer == b"", f"{address} answered a peer without a certificate: {answer!r}"
+
+
+def test_a_node_with_its_vhost_down_is_mended_by_the_next_run(
+    tmp_path: Path, hosts: dict[str, Any], deployment: dict[str, Any]
+) -> None:
+    """A node that serves its cluster but not the `enmesh` vhost (seen once on a fresh
+    site) refuses every router connection; site.yml restarts the vhost, the routers come
+    back to the node."""
+    (broker,) = deployment["brokers"]
+    address = broker["nodes"][-1]["host"]
+    host, node = hosts[address], node_name(broker, address)
+    host.check_output(
+        f"rabbitmqctl --node {node} eval "
+        f"'rabbit_vhost_sup_sup:stop_and_delete_vhost(<<\"{VHOST}\">>).'"
+    )
+    assert vhosts_down(host, broker, address) == [VHOST]
+    code, output = run_site_yml(tmp_path)
+    assert code == 0, output[-3000:]
+    assert vhosts_down(host, broker, address) == []
+    name = host.ansible.get_variables()["inventory_hostname"]
+    task = r"TASK \[rabbitmq : Restart the virtual hosts that are down.*?\n\n"
+    restarted = re.search(task, output, re.S)
+    assert restarted is not None and f"changed: [{name}]" in restarted[0], output[-3000:]
+    wait_until_whole(hosts, deployment)
 
 
 class _Producer(threading.Thread):

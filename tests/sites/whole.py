@@ -30,6 +30,20 @@ def running_nodes(host: Any, broker: dict[str, Any], address: str) -> set[str]:
     return set(rabbitmqctl(host, node_name(broker, address), "cluster_status")["running_nodes"])
 
 
+def vhosts_down(host: Any, broker: dict[str, Any], address: str) -> list[str]:
+    """The virtual hosts down on one node while its cluster may serve them elsewhere."""
+    node = node_name(broker, address)
+    # its answer on stderr to stdout: the SSH client writes its own warnings to stderr
+    check = host.run(
+        f"rabbitmq-diagnostics --node {node} check_virtual_hosts --formatter json 2>&1"
+    )
+    if check.rc == 0:
+        return []
+    if check.rc != 69:  # 69: some are down; anything else: the node did not answer
+        raise RuntimeError(f"{node}: check_virtual_hosts exited {check.rc}: {check.stdout}")
+    return list(json.loads(check.stdout)["down_vhosts"])
+
+
 def _connections(router: dict[str, Any]) -> dict[str, int]:
     """The router's open connections by role; empty if it does not answer."""
     try:
@@ -56,6 +70,7 @@ def _clustered(hosts: dict[str, Any], deployment: dict[str, Any]) -> bool:
         try:
             if any(
                 running_nodes(hosts[n["host"]], broker, n["host"]) != everyone
+                or vhosts_down(hosts[n["host"]], broker, n["host"])
                 for n in broker["nodes"]
             ):
                 return False
@@ -70,7 +85,7 @@ def wait_until_whole(hosts: dict[str, Any], deployment: dict[str, Any]) -> None:
     wait_until(
         lambda: _clustered(hosts, deployment),
         RECOVERY_SECONDS,
-        "every broker node running in its cluster",
+        "every broker node running in its cluster with all its virtual hosts",
         interval=2,
     )
     wait_until(
