@@ -34,6 +34,7 @@ from tests.support.builds import new_build  # noqa: E402
 from tests.support.mesh import wait_until  # noqa: E402
 from tests.support.sites import SiteSpec, create, destroy, leftovers  # noqa: E402
 from tests.support.sites.base import ensure_base  # noqa: E402
+from tests.support.sites.debs import repository  # noqa: E402
 from tests.support.sites.site import power_off, power_on  # noqa: E402
 from tests.support.sites.wheels import spark_wheelhouse, wheelhouse  # noqa: E402
 
@@ -41,6 +42,7 @@ T = TypeVar("T")
 RESULTS = ROOT / "benchmarks" / "results" / "site_deploy.json"
 WHEELS_LINK = Path("/var/cache/enmesh-sites/wheels")
 SPARK_WHEELS_LINK = Path("/var/cache/enmesh-sites/spark-wheels")
+DEBS_LINK = Path("/var/cache/enmesh-sites/debs")
 HOSTS = 5  # stacks/site.inventory.yml
 MASTER_HOST, WORKER_HOST = 3, 4  # site-h3: the Spark master; site-h4: a worker only
 MASTER_UI_PORT = 8180  # the spark role's enmesh_spark_master_ui_port
@@ -57,6 +59,7 @@ def _timed(label: str, figures: dict[str, float], action: Callable[[], T]) -> T:
 def _playbook(*extra: str) -> None:
     env = dict(os.environ, ENMESH_SITES_WHEELHOUSE=str(WHEELS_LINK),
                ENMESH_SITES_SPARK_WHEELHOUSE=str(SPARK_WHEELS_LINK),
+               ENMESH_SITES_DEBS=str(DEBS_LINK),
                ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                PATH=f"{ROOT / '.venv/bin'}:{os.environ['PATH']}")  # fmt: skip
     argv = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", "stacks/site.inventory.yml",
@@ -95,6 +98,7 @@ def main() -> int:
     _timed("base (cached or built)", figures, ensure_base)
     _link(WHEELS_LINK, _timed("wheelhouse", figures, wheelhouse))
     _link(SPARK_WHEELS_LINK, _timed("spark wheelhouse", figures, spark_wheelhouse))
+    _link(DEBS_LINK, _timed("debian packages", figures, repository))
     destroy(spec)
     try:
         hosts = _timed(f"create ({HOSTS} hosts)", figures, lambda: create(spec))

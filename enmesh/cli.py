@@ -21,6 +21,7 @@ from enmesh.control.export import ExportError, add_export
 from enmesh.control.routers import RouterError
 from enmesh.deploy import keycloak_users, stackctl
 from enmesh.deploy.bundle import write_bundle
+from enmesh.deploy.debs import RepositoryError, write_archive
 from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment, watch_sasldb
 from enmesh.deploy.secrets import ensure_secrets
 from enmesh.deploy.smoke_run import run_smoke
@@ -116,6 +117,12 @@ def _cmd_deploy_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_deploy_debs(args: argparse.Namespace) -> int:
+    changed = write_archive(args.repository, args.out)
+    print("changed" if changed else "unchanged")
+    return 0
+
+
 def _cmd_deploy_sasldb(args: argparse.Namespace) -> int:
     path, changed = ensure_from_deployment(args.config_dir, args.flat_secrets)
     print(f"{'changed' if changed else 'unchanged'}: {path}", flush=True)
@@ -177,6 +184,12 @@ def _deploy_commands(commands: Any) -> None:
         help="the enmesh source tree to pack (default: the one this command runs from)",
     )
     bundle.set_defaults(run=_cmd_deploy_bundle)
+    debs = steps.add_parser(
+        "debs", help="pack a flat apt repository for air-gapped hosts into one archive"
+    )
+    debs.add_argument("--repository", type=Path, required=True, metavar="DIR")
+    debs.add_argument("--out", type=Path, required=True, metavar="FILE")
+    debs.set_defaults(run=_cmd_deploy_debs)
     sasldb = steps.add_parser("sasldb", help="build the routers' SASL database from the secrets")
     sasldb.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
     sasldb.add_argument(
@@ -344,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         clients.ClientError,
         stackctl.StackError,
         SasldbError,
+        RepositoryError,
         KubeStackError,
         ApplyRefused,
         BrokerError,

@@ -9,7 +9,7 @@ PYTHON="${PYTHON:-python3}"
 VENV=.venv
 APT_PACKAGES=(libsasl2-dev sasl2-bin libsasl2-modules openssl libssl-dev pkg-config patch openjdk-17-jre-headless
               rabbitmq-server supervisor prometheus chromium chromium-driver mosquitto-clients postgresql
-              debootstrap systemd-container iproute2 openssh-client)  # last four: molecule's site scenario
+              debootstrap systemd-container iproute2 openssh-client dpkg-dev)  # last five: molecule's site scenario
 STAMP="$VENV/.enmesh-requirements.sha256"
 
 LOG="$VENV/setup.log"

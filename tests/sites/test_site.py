@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 from proton import Timeout
 from proton.reactor import Backoff
 
@@ -29,10 +30,12 @@ from tests.sites.clients import (
     router_url,
     send_until_accepted,
 )
+from tests.sites.conftest import ROOT
 from tests.sites.whole import wait_until_whole
 from tests.support.amqp import Scenario, run
 from tests.support.mesh import reachable_routers_in, wait_until
 from tests.support.sites import SiteSpec
+from tests.support.sites.debs import PACKAGE_LISTS
 from tests.support.sites.site import power_off, power_on
 
 WILDCARDS = {"0.0.0.0", "::", "[::]"}
@@ -71,6 +74,30 @@ def test_every_host_runs_its_units_under_systemd(
             assert service.is_enabled and service.is_running, f"{address}: {unit}"
         # The roles' systemd branch: no supervisord anywhere on a systemd host.
         assert not host.package("supervisor").is_installed, address
+
+
+def test_every_host_got_its_debian_packages_from_the_deployer(
+    hosts: dict[str, Any], spark_hosts: dict[str, Any]
+) -> None:
+    """The hosts boot from an image without the roles' packages and have no route out:
+    what they run came from the deployer's apt repository (enmesh_base_debs), which is
+    gone from them afterwards; Debian's own broker units never started."""
+    wanted = {name: yaml.safe_load((ROOT / path).read_text())[name] for path, name in PACKAGE_LISTS}
+    router_and_broker = (
+        wanted["enmesh_base_router_packages"] + wanted["enmesh_base_broker_packages"]
+    )
+    spark = wanted["enmesh_spark_packages"] + wanted["enmesh_base_router_packages"]
+    for group, packages in ((hosts, router_and_broker), (spark_hosts, spark)):
+        for address, host in group.items():
+            routes = host.check_output("ip -4 route show default")
+            assert routes == "", f"{address} has a route out: {routes}"
+            missing = [name for name in packages if not host.package(name).is_installed]
+            assert not missing, f"{address} lacks {missing}"
+            assert not host.file("/opt/enmesh/debs").exists, address
+    for address, host in hosts.items():
+        for unit in ("rabbitmq-server.service", "epmd.socket"):
+            state = host.run(f"systemctl is-enabled {unit}").stdout.strip()
+            assert state == "masked", f"{address}: {unit} is {state}"
 
 
 def test_ports_listen_on_the_site_address_only(

@@ -34,7 +34,7 @@ QUEUE = "events"
 RATE = 20.0  # messages per second
 INSTALLED = "/opt/enmesh/installed.sha1"  # enmesh_base records the archive it installed
 JOB_INSTALL = "/var/lib/enmesh/spark/job-install.sha1"  # the spark role: what the job runs
-WHEELHOUSES = ("ENMESH_SITES_WHEELHOUSE", "ENMESH_SITES_SPARK_WHEELHOUSE")
+WHEELHOUSES = ("ENMESH_SITES_WHEELHOUSE", "ENMESH_SITES_SPARK_WHEELHOUSE", "ENMESH_SITES_DEBS")
 
 
 class _Steady(threading.Thread):

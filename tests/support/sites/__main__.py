@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.sites.debs import repository
 from tests.support.sites.site import (
     SiteError,
     SiteSpec,
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--spark-wheelhouse-link", type=Path, help="create: point this symlink at PySpark's wheels"
     )
+    parser.add_argument(
+        "--debs-link", type=Path, help="create: point this symlink at the hosts' Debian packages"
+    )
     parser.add_argument("--host", type=int, help="host index for power-off/power-on")
     args = parser.parse_args(argv)
     try:
@@ -48,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                 _link(args.wheelhouse_link, wheelhouse())
             if args.spark_wheelhouse_link:
                 _link(args.spark_wheelhouse_link, spark_wheelhouse())
+            if args.debs_link:
+                _link(args.debs_link, repository())
             for host in create(spec):
                 print(f"{host.name} {host.address} up")
         elif args.action == "destroy":

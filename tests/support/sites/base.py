@@ -1,11 +1,12 @@
 """The Debian 12 root filesystem every site host boots from, built once and cached.
 
 debootstrap (minbase) from the same mirror apt uses on this machine, plus systemd, dbus,
-openssh-server and python3 so the host boots systemd as PID 1 and is reachable like any
-server. The Debian packages the roles install are added too (see SITE_PACKAGES): the
-hosts have no route to any registry (air-gapped, as many real sites are), so what apt
-would fetch is in the image. The cache is keyed by suite, mirror and package list: a
-changed list builds a new base, an unchanged one is reused (a few seconds to check).
+openssh-server, python3 and sudo so the host boots systemd as PID 1 and is reachable like
+any server. Nothing the roles install is in it: the hosts have no route to any registry
+(air-gapped, as many real sites are), so the roles install their Debian packages from the
+deployer's apt repository (tests/support/sites/debs.py, `enmesh_base_debs`). The cache is
+keyed by suite, mirror and package list: a changed list builds a new base, an unchanged
+one is reused (a few seconds to check).
 """
 
 from __future__ import annotations
@@ -19,23 +20,15 @@ from pathlib import Path
 
 SUITE = "bookworm"
 CACHE_DIR = Path(os.environ.get("ENMESH_SITES_CACHE", "/var/cache/enmesh-sites"))
-BOOT_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2")
-# What the roles want on a site host (enmesh_base, spark), so no host needs a mirror.
-SITE_PACKAGES = (
-    "build-essential",
-    "libsasl2-dev",
-    "libsasl2-modules",
-    "libssl-dev",
-    "openjdk-17-jre-headless",
-    "openssl",
-    "pkg-config",
-    "python3-dev",
-    "python3-venv",
-    "rabbitmq-server",
-    "sasl2-bin",
+BOOT_PACKAGES = (
+    "dbus",
+    "iproute2",
+    "openssh-server",
+    "python3",
     "sudo",
+    "systemd",
+    "systemd-sysv",
 )
-DEBIAN_UNITS = ("rabbitmq-server.service", "epmd.socket", "epmd.service")
 _SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
 
@@ -63,7 +56,7 @@ def debian_mirror(sources: tuple[Path, ...] = _SOURCES) -> str:
 
 
 def cache_key(mirror: str) -> str:
-    text = "\n".join([SUITE, mirror, *sorted(BOOT_PACKAGES), "--", *sorted(SITE_PACKAGES)])
+    text = "\n".join([SUITE, mirror, *sorted(BOOT_PACKAGES)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -104,59 +97,13 @@ def ensure_base(progress: bool = True) -> Path:
         "debootstrap",
         log,
     )
-    _install_site_packages(rootfs, log)
+    _first_boot_identity(rootfs)
     (root / "complete").write_text(mirror + "\n")
     return rootfs
 
 
-def _install_site_packages(rootfs: Path, log: Path) -> None:
-    # No service may start inside the chroot (it would outlive the build): policy-rc.d
-    # refuses every start, the way Debian's image builders do.
-    policy = rootfs / "usr/sbin/policy-rc.d"
-    policy.write_text("#!/bin/sh\nexit 101\n")
-    policy.chmod(0o755)
-    proc = rootfs / "proc"
-    subprocess.run(["mount", "-t", "proc", "proc", str(proc)], check=True)
-    try:
-        env = ["env", "DEBIAN_FRONTEND=noninteractive"]
-        _run(["chroot", str(rootfs), *env, "apt-get", "-q", "update"], "apt-get update", log)
-        _run(
-            [
-                "chroot",
-                str(rootfs),
-                *env,
-                "apt-get",
-                "-q",
-                "install",
-                "-y",
-                "--no-install-recommends",
-                *SITE_PACKAGES,
-            ],
-            "apt-get install",
-            log,
-        )
-        _run(["chroot", str(rootfs), "apt-get", "clean"], "apt-get clean", log)
-        # Installed for the roles, run only where the roles put them (a broker host's
-        # own units): Debian's units would otherwise start at every host's boot.
-        _run(["chroot", str(rootfs), "systemctl", "disable", *DEBIAN_UNITS], "disable", log)
-    finally:
-        _kill_chroot_processes(rootfs)
-        subprocess.run(["umount", "-l", str(proc)], check=False)
-        policy.unlink()
+def _first_boot_identity(rootfs: Path) -> None:
     # Hosts boot with their own machine-id and SSH host keys (made at first boot).
     (rootfs / "etc/machine-id").write_text("")
     for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
         key.unlink()
-
-
-def _kill_chroot_processes(rootfs: Path) -> None:
-    """epmd and friends started by a postinst despite policy-rc.d must not outlive us."""
-    real = str(rootfs.resolve())
-    for pid_dir in Path("/proc").iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        try:
-            if str((pid_dir / "root").readlink()) == real:
-                os.kill(int(pid_dir.name), 9)
-        except OSError:
-            continue
