@@ -41,16 +41,23 @@ def package_data(project: Path) -> list[str]:
     return [f"{package}/{pattern}" for package, patterns in data.items() for pattern in patterns]
 
 
+def reproducible_member(name: str, size: int) -> tarfile.TarInfo:
+    """A tar entry that depends on name and size only (no timestamp, owner or mode of
+    the file it came from), so equal content packs to equal bytes."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = size, 0o644, 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
 def build_bundle(project: Path) -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
         for path in _members(project):
             data = path.read_bytes()
-            info = tarfile.TarInfo(f"{ROOT}/{path.relative_to(project).as_posix()}")
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            archive.addfile(info, io.BytesIO(data))
+            name = f"{ROOT}/{path.relative_to(project).as_posix()}"
+            archive.addfile(reproducible_member(name, len(data)), io.BytesIO(data))
     return gzip.compress(raw.getvalue(), mtime=0)
 
 

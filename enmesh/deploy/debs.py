@@ -15,6 +15,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from enmesh.deploy.bundle import reproducible_member
+
 INDEX = "Packages"
 ROOT = "debs"  # the directory the archive unpacks to
 
@@ -30,16 +32,11 @@ class Entry:
     size: int
 
 
-def read_index(repository: Path) -> list[Entry]:
-    """The index's entries, each checked against the file it names."""
+def read_index(repository: Path, text: str) -> list[Entry]:
+    """The entries of the index `text`, each checked against the file it names."""
     index = repository / INDEX
-    if not index.is_file():
-        raise RepositoryError(
-            f"{repository}: no {INDEX} index; make it with "
-            f"`cd {repository} && dpkg-scanpackages --multiversion . > {INDEX}`"
-        )
     entries = []
-    for number, stanza in enumerate(index.read_text().split("\n\n"), start=1):
+    for number, stanza in enumerate(text.split("\n\n"), start=1):
         if not stanza.strip():
             continue
         fields = dict(re.findall(r"^([A-Za-z0-9-]+): ?(.*)$", stanza, re.M))
@@ -61,25 +58,24 @@ def read_index(repository: Path) -> list[Entry]:
     return entries
 
 
-def index_digest(repository: Path) -> str:
-    return hashlib.sha256((repository / INDEX).read_bytes()).hexdigest()
-
-
 def _add(archive: tarfile.TarFile, path: Path, name: str) -> None:
-    info = tarfile.TarInfo(f"{ROOT}/{name}")
-    info.size, info.mode, info.mtime = path.stat().st_size, 0o644, 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = "root"
     with path.open("rb") as data:
-        archive.addfile(info, data)
+        archive.addfile(reproducible_member(f"{ROOT}/{name}", path.stat().st_size), data)
 
 
 def write_archive(repository: Path, out: Path) -> bool:
     """Pack the repository's index and the files it names into `out` (an uncompressed tar:
     .debs are compressed already), unless `out` already holds this index; returns
     whether it wrote."""
-    entries = read_index(repository)
-    digest = index_digest(repository)
+    index = repository / INDEX
+    if not index.is_file():
+        raise RepositoryError(
+            f"{repository}: no {INDEX} index; make it with "
+            f"`cd {repository} && dpkg-scanpackages --multiversion . > {INDEX}`"
+        )
+    raw = index.read_bytes()
+    entries = read_index(repository, raw.decode())
+    digest = hashlib.sha256(raw).hexdigest()
     stamp = out.with_name(f"{out.name}.index-sha256")
     if out.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
         return False

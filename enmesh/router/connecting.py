@@ -61,14 +61,16 @@ class ConnectionInfo:
         return f"{self.vhost_name}/{address}" if self.multi_tenant and self.vhost_name else address
 
 
-STAYED_OPEN_SECONDS = 5.0  # the longest backoff: a connection that lasted longer worked
+FIRST_BACKOFF_SECONDS = 0.1
+LAST_BACKOFF_SECONDS = 5.0
+STAYED_OPEN_SECONDS = LAST_BACKOFF_SECONDS  # a connection that lasted longer worked
 
 
 @dataclass
 class ConnectorState:
     config: Connector
     socket: ProtonSocket | None = None
-    backoff: float = 0.1
+    backoff: float = FIRST_BACKOFF_SECONDS
 
 
 class Connecting:
@@ -213,14 +215,14 @@ class Connecting:
         self._adopt(conn, info)
 
     def retry(self, state: ConnectorState, opened_at: float | None = None) -> None:
-        """Dial again after the backoff, which doubles on each failure up to 5 s. Only a
+        """Dial again after the backoff, which doubles on each failure up to its last. Only a
         connection that stayed open a while resets it: a peer that answers the open and
         closes at once (RabbitMQ with the connection's vhost down) is a failure too."""
         state.socket = None
         if opened_at is not None and time.monotonic() - opened_at >= STAYED_OPEN_SECONDS:
-            state.backoff = 0.1
+            state.backoff = FIRST_BACKOFF_SECONDS
         delay = state.backoff
-        state.backoff = min(state.backoff * 2, 5.0)
+        state.backoff = min(state.backoff * 2, LAST_BACKOFF_SECONDS)
         self.router.loop.call_later(delay, lambda: self.connect(state))
 
     def admit_client(self, conn: ProtonSocket, info: ConnectionInfo) -> bool:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import yaml
 from proton import Timeout
 from proton.reactor import Backoff
 
@@ -30,12 +29,11 @@ from tests.sites.clients import (
     router_url,
     send_until_accepted,
 )
-from tests.sites.conftest import ROOT
 from tests.sites.whole import wait_until_whole
 from tests.support.amqp import Scenario, run
 from tests.support.mesh import reachable_routers_in, wait_until
 from tests.support.sites import SiteSpec
-from tests.support.sites.debs import PACKAGE_LISTS
+from tests.support.sites.debs import role_packages
 from tests.support.sites.site import power_off, power_on
 
 WILDCARDS = {"0.0.0.0", "::", "[::]"}
@@ -82,11 +80,9 @@ def test_every_host_got_its_debian_packages_from_the_deployer(
     """The hosts boot from an image without the roles' packages and have no route out:
     what they run came from the deployer's apt repository (enmesh_base_debs), which is
     gone from them afterwards; Debian's own broker units never started."""
-    wanted = {name: yaml.safe_load((ROOT / path).read_text())[name] for path, name in PACKAGE_LISTS}
-    router_and_broker = (
-        wanted["enmesh_base_router_packages"] + wanted["enmesh_base_broker_packages"]
-    )
-    spark = wanted["enmesh_spark_packages"] + wanted["enmesh_base_router_packages"]
+    router = role_packages("enmesh_base_router_packages")
+    router_and_broker = router + role_packages("enmesh_base_broker_packages")
+    spark = role_packages("enmesh_spark_packages") + router
     for group, packages in ((hosts, router_and_broker), (spark_hosts, spark)):
         for address, host in group.items():
             routes = host.check_output("ip -4 route show default")

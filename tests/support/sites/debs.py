@@ -28,11 +28,14 @@ PACKAGE_LISTS = (
 )
 
 
+def role_packages(name: str) -> list[str]:
+    """One of PACKAGE_LISTS, as its role's defaults give it."""
+    path = next(path for path, listed in PACKAGE_LISTS if listed == name)
+    return list(yaml.safe_load((REPO / path).read_text())[name])
+
+
 def wanted_packages() -> list[str]:
-    wanted: set[str] = set()
-    for path, name in PACKAGE_LISTS:
-        wanted.update(yaml.safe_load((REPO / path).read_text())[name])
-    return sorted(wanted)
+    return sorted({package for _, name in PACKAGE_LISTS for package in role_packages(name)})
 
 
 def _run(argv: list[str], step: str, cwd: Path | None = None) -> str:
