@@ -64,30 +64,50 @@ def _meshed(deployment: dict[str, Any]) -> bool:
     return True
 
 
-def _clustered(hosts: dict[str, Any], deployment: dict[str, Any]) -> bool:
+def _vhost_log(host: Any, broker: dict[str, Any], address: str) -> str:
+    """The node's last log lines about virtual hosts: why one is down."""
+    log = f"/var/log/rabbitmq/{node_name(broker, address)}.log"
+    found = host.run(f"grep -i -E 'vhost|recover' {log} | tail -n 8 | cut -c 1-300")
+    return str(found.stdout).strip()
+
+
+def _cluster_problem(hosts: dict[str, Any], deployment: dict[str, Any]) -> str | None:
+    """What keeps the brokers from being whole, or None."""
     for broker in deployment["brokers"]:
         everyone = {n["name"] for n in broker["nodes"]}
-        try:
-            if any(
-                running_nodes(hosts[n["host"]], broker, n["host"]) != everyone
-                or vhosts_down(hosts[n["host"]], broker, n["host"])
-                for n in broker["nodes"]
-            ):
-                return False
-        except (AssertionError, RuntimeError, ValueError):  # a node not answering yet
-            return False
-    return True
+        for node in broker["nodes"]:
+            host = hosts[node["host"]]
+            try:
+                running = running_nodes(host, broker, node["host"])
+                down = vhosts_down(host, broker, node["host"])
+            except (AssertionError, RuntimeError, ValueError) as exc:  # not answering yet
+                return f"{node['name']} does not answer: {str(exc)[-300:]}"
+            if running != everyone:
+                return f"{node['name']} runs with {sorted(running)} only"
+            if down:
+                log = _vhost_log(host, broker, node["host"])
+                return f"{node['name']} has {down} down; its log: {log}"
+    return None
 
 
 def wait_until_whole(hosts: dict[str, Any], deployment: dict[str, Any]) -> None:
     """Wait until every broker node runs in its cluster and every router has all its
     inter-router and broker connections back."""
-    wait_until(
-        lambda: _clustered(hosts, deployment),
-        RECOVERY_SECONDS,
-        "every broker node running in its cluster with all its virtual hosts",
-        interval=2,
-    )
+    problem: list[str | None] = [None]
+
+    def clustered() -> bool:
+        problem[0] = _cluster_problem(hosts, deployment)
+        return problem[0] is None
+
+    try:
+        wait_until(
+            clustered,
+            RECOVERY_SECONDS,
+            "every broker node running in its cluster with all its virtual hosts",
+            interval=2,
+        )
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}; at the end: {problem[0]}") from None
     wait_until(
         lambda: _meshed(deployment),
         RECOVERY_SECONDS,
