@@ -7,6 +7,7 @@ enmesh-router's own config reader, as the router would at start or reload."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,16 @@ TLS = {
 def _router_conf(stack: Path, tmp_path: Path, index: int = 0) -> str:
     _, artefacts = compile_stack_file(stack)
     text = artefacts.files[f"routers/local-router-{index}.conf"]
+    # The router reads its policy files from the stack's config directory (/etc/enmesh on
+    # a host): the compiled ones go to a directory of the test, which the loaded copy names.
+    policies = tmp_path / "config" / "auth" / "policies"
+    policies.mkdir(parents=True, exist_ok=True)
+    for name, content in artefacts.files.items():
+        if name.startswith("auth/policies/"):
+            (policies / Path(name).name).write_text(content)
+    located = re.sub(r"(?m)^(\s*policyDir: ).*$", rf"\g<1>{policies}", text)
     path = tmp_path / f"router-{index}.conf"
-    path.write_text(text)
+    path.write_text(located)
     load_router_config(path)  # what the router itself accepts
     return text
 
