@@ -1,5 +1,5 @@
 """A changed broker configuration on a running site restarts the cluster's nodes one at
-a time (`roles/rabbitmq/tasks/rolling_restart.yml`, a play of its own with serial: 1):
+a time (role `rabbitmq_restart`, playbooks/rabbitmq_restart.yml: serial: 1):
 each node drained, restarted, revived and back in its cluster before the next one stops,
 while a steady producer and consumer use a quorum queue through the mesh, losing
 nothing."""
