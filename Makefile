@@ -25,39 +25,40 @@ status: setup
 	@$(VENV)/bin/enmesh status --stack $(STACK)
 
 lint: setup
-	@echo "==> ruff"
+	@echo "==> ruff ($$(date -u +%T))"
 	@$(VENV)/bin/ruff check enmesh pulumi spark tests benchmarks scripts roles plugins
 	@$(VENV)/bin/ruff format --check enmesh pulumi spark tests benchmarks scripts roles plugins
-	@echo "==> ansible syntax"
+	@echo "==> ansible syntax ($$(date -u +%T))"
 	@ANSIBLE_CONFIG=ansible.cfg $(VENV)/bin/ansible-playbook --syntax-check -i stacks/local.inventory.yml playbooks/*.yml >/dev/null
-	@echo "==> ansible-lint (production profile; deliberate differences in .ansible-lint)"
+	@echo "==> ansible-lint (production profile; deliberate differences in .ansible-lint) ($$(date -u +%T))"
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=ansible.cfg $(VENV)/bin/ansible-lint -q roles playbooks molecule
 
 typecheck: setup
-	@echo "==> mypy --strict enmesh pulumi/enmesh_k8s spark/enmesh_spark"
+	@echo "==> mypy --strict enmesh pulumi/enmesh_k8s spark/enmesh_spark ($$(date -u +%T))"
 	@$(VENV)/bin/mypy
 
 unit: setup
-	@echo "==> pytest"
-	@$(VENV)/bin/pytest -q
+	@echo "==> pytest ($$(date -u +%T))"
+	@$(VENV)/bin/pytest -q --durations=15
 
 # molecule's default scenario: the whole local stack, a second converge that must change
 # nothing, the tests/e2e suite, then teardown (broker data purged).
 # Then the keycloak scenario: the same stack with Keycloak, its database and enmesh-auth
 # in the login path (stacks/keycloak.stack.yml), its own end-to-end checks, teardown.
 molecule: setup
-	@echo "==> molecule test (scenario default: the local stack)"
+	@echo "==> molecule test (scenario default: the local stack) ($$(date -u +%T))"
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/molecule test -s default
-	@echo "==> molecule test (scenario keycloak: the local stack with Keycloak)"
+	@echo "==> molecule test (scenario keycloak: the local stack with Keycloak) ($$(date -u +%T))"
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/molecule test -s keycloak
 
 # molecule's site scenario: five systemd-nspawn hosts on a private bridge, site.yml over
 # SSH, a second converge with no change, tests/sites (host faults included), destroy.
 molecule-site: setup
-	@echo "==> molecule test (scenario site: five hosts over SSH)"
+	@echo "==> molecule test (scenario site: five hosts over SSH) ($$(date -u +%T))"
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/molecule test -s site
 
 test: lint typecheck unit molecule molecule-site
+	@echo "==> make test passed ($$(date -u +%T))"
 
 # The documentation site (mkdocs.yml, docs/) into build/docs; a broken link fails.
 docs: setup

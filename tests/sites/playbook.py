@@ -1,4 +1,5 @@
-"""Run playbooks/site.yml against the site from a test, and read its recap."""
+"""Run playbooks/site.yml (or a per-layer playbook) against the site from a test, and
+read its recap."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+f
 
 
 def run_site_yml(
-    tmp_path: Path, extra: dict[str, Any] | None = None, extra_vars: dict[str, str] | None = None
+    tmp_path: Path,
+    extra: dict[str, Any] | None = None,
+    extra_vars: dict[str, str] | None = None,
+    playbook: str = "site.yml",
 ) -> tuple[int, str]:
-    """Run playbooks/site.yml against the site (plus an extra inventory, if given)."""
+    """Run playbooks/site.yml, or the per-layer `playbook`, against the site (plus an extra
+    inventory, if given)."""
     sources = ["-i", str(INVENTORY)]
     if extra is not None:
         path = tmp_path / "extra.inventory.yml"
@@ -29,7 +34,7 @@ def run_site_yml(
         sources += ["-e", f"{name}={value}"]
     venv = ROOT / ".venv/bin"
     done = subprocess.run(
-        [str(venv / "ansible-playbook"), *sources, str(ROOT / "playbooks/site.yml")],
+        [str(venv / "ansible-playbook"), *sources, str(ROOT / "playbooks" / playbook)],
         capture_output=True,
         text=True,
         timeout=1200,

@@ -129,9 +129,12 @@ class BrokerPorts:
 
 
 def allocate_ports() -> BrokerPorts:
-    """Free loopback ports for one broker: TLS, distribution, epmd, and a CLI range."""
-    base = free_port_block(3)
-    ctl = free_port_block(_CTL_PORTS)
+    """Free loopback ports for one broker: TLS, distribution, epmd, and a CLI range, in
+    one block. Picked apart, the CLI range could hold the distribution port (nothing is
+    bound between the picks), and a CLI tool polling the starting node then took it
+    first: the node stopped with `nodistribution`."""
+    base = free_port_block(3 + _CTL_PORTS)
+    ctl = base + 3
     return BrokerPorts(
         tls=base, dist=base + 1, epmd=base + 2, ctl_min=ctl, ctl_max=ctl + _CTL_PORTS - 1
     )
