@@ -37,7 +37,7 @@ def run_site_yml(
         [str(venv / "ansible-playbook"), *sources, str(ROOT / "playbooks" / playbook)],
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=2400,  # a guard against a hung run, not a speed target
         check=False,
         cwd=ROOT,
         env=os.environ

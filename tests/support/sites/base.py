@@ -11,11 +11,14 @@ one is reused (a few seconds to check).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 SUITE = "bookworm"
@@ -70,13 +73,28 @@ def _run(argv: list[str], step: str, log: Path) -> None:
         raise BaseError(f"{step} failed (exit {done.returncode}); log {log}:\n{tail}")
 
 
+@contextlib.contextmanager
+def _cache_locked() -> Iterator[None]:
+    """One builder of the cache at a time: make test runs the site scenario beside pytest,
+    whose harness checks create a host of their own from the same base."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with (CACHE_DIR / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_base(progress: bool = True) -> Path:
     """Return the cached root filesystem, building it first if the key changed."""
     mirror = debian_mirror()
     root = CACHE_DIR / f"{SUITE}-{cache_key(mirror)}"
+    with _cache_locked():
+        if not (root / "complete").exists():
+            _build_base(mirror, root, progress)
+    return root / "rootfs"
+
+
+def _build_base(mirror: str, root: Path, progress: bool) -> None:
     rootfs = root / "rootfs"
-    if (root / "complete").exists():
-        return rootfs
     for tool in ("debootstrap", "chroot"):
         if shutil.which(tool) is None:
             raise BaseError(f"{tool} not found: run scripts/setup.sh (it installs debootstrap)")
@@ -99,7 +117,6 @@ def ensure_base(progress: bool = True) -> Path:
     )
     _first_boot_identity(rootfs)
     (root / "complete").write_text(mirror + "\n")
-    return rootfs
 
 
 def _first_boot_identity(rootfs: Path) -> None:
