@@ -39,7 +39,7 @@ typecheck: setup
 
 unit: setup
 	@echo "==> pytest ($$(date -u +%T))"
-	@$(VENV)/bin/pytest -q --durations=15
+	@$(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS)
 
 # molecule's default scenario: the whole local stack, a second converge that must change
 # nothing, the tests/e2e suite, then teardown (broker data purged).
