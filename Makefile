@@ -5,6 +5,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= local
+# A stage's heading with its start time (CI's log then shows where the time went).
+stage = echo "==> $(1) ($$(date -u +%T))"
 OUT ?= build/$(STACK)
 
 .PHONY: setup up down status render test lint typecheck unit molecule molecule-site bench docs clean
@@ -25,20 +27,20 @@ status: setup
 	@$(VENV)/bin/enmesh status --stack $(STACK)
 
 lint: setup
-	@echo "==> ruff ($$(date -u +%T))"
+	@$(call stage,ruff)
 	@$(VENV)/bin/ruff check enmesh pulumi spark tests benchmarks scripts roles plugins
 	@$(VENV)/bin/ruff format --check enmesh pulumi spark tests benchmarks scripts roles plugins
-	@echo "==> ansible syntax ($$(date -u +%T))"
+	@$(call stage,ansible syntax)
 	@ANSIBLE_CONFIG=ansible.cfg $(VENV)/bin/ansible-playbook --syntax-check -i stacks/local.inventory.yml playbooks/*.yml >/dev/null
-	@echo "==> ansible-lint (production profile; deliberate differences in .ansible-lint) ($$(date -u +%T))"
+	@$(call stage,ansible-lint (production profile; deliberate differences in .ansible-lint))
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=ansible.cfg $(VENV)/bin/ansible-lint -q roles playbooks molecule
 
 typecheck: setup
-	@echo "==> mypy --strict enmesh pulumi/enmesh_k8s spark/enmesh_spark ($$(date -u +%T))"
+	@$(call stage,mypy --strict enmesh pulumi/enmesh_k8s spark/enmesh_spark)
 	@$(VENV)/bin/mypy
 
 unit: setup
-	@echo "==> pytest ($$(date -u +%T))"
+	@$(call stage,pytest)
 	@$(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS)
 
 # molecule's default scenario: the whole local stack, a second converge that must change
@@ -46,21 +48,21 @@ unit: setup
 # Then the keycloak scenario: the same stack with Keycloak, its database and enmesh-auth
 # in the login path (stacks/keycloak.stack.yml), its own end-to-end checks, teardown.
 molecule: setup
-	@echo "==> molecule test (scenario default: the local stack) ($$(date -u +%T))"
+	@$(call stage,molecule test (scenario default: the local stack))
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/molecule test -s default
-	@echo "==> molecule test (scenario keycloak: the local stack with Keycloak) ($$(date -u +%T))"
+	@$(call stage,molecule test (scenario keycloak: the local stack with Keycloak))
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/molecule test -s keycloak
 
 # molecule's site scenario: five systemd-nspawn hosts on a private bridge, site.yml over
 # SSH, a second converge with no change, tests/sites (host faults included), destroy.
 molecule-site: setup
-	@echo "==> molecule test (scenario site: five hosts over SSH) ($$(date -u +%T))"
+	@$(call stage,molecule test (scenario site: five hosts over SSH))
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/molecule test -s site
 
-# lint first, then the site scenario beside this host's checks (scripts/test_lanes.sh).
+# The stages above, the site scenario beside most of them (scripts/test_lanes.sh says how).
 test: setup
 	@MAKE="$(MAKE)" bash scripts/test_lanes.sh
-	@echo "==> make test passed ($$(date -u +%T))"
+	@$(call stage,make test passed)
 
 # The documentation site (mkdocs.yml, docs/) into build/docs; a broken link fails.
 docs: setup

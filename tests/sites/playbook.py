@@ -17,7 +17,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
-def run_site_yml(
+def run_playbook(
     tmp_path: Path,
     extra: dict[str, Any] | None = None,
     extra_vars: dict[str, str] | None = None,

@@ -24,7 +24,7 @@ from tests.sites.clients import (
     router_url,
     send_until_accepted,
 )
-from tests.sites.playbook import run_site_yml
+from tests.sites.playbook import run_playbook
 from tests.sites.whole import node_name, rabbitmqctl, running_nodes, vhosts_down, wait_until_whole
 from tests.support.mesh import wait_until
 from tests.support.sites import SiteSpec
@@ -101,7 +101,7 @@ def test_a_node_with_its_vhost_down_is_mended_by_the_next_run(
         f"'rabbit_vhost_sup_sup:stop_and_delete_vhost(<<\"{VHOST}\">>).'"
     )
     assert vhosts_down(host, broker, address) == [VHOST]
-    code, output = run_site_yml(tmp_path, playbook="rabbitmq.yml")
+    code, output = run_playbook(tmp_path, playbook="rabbitmq.yml")
     assert code == 0, output[-3000:]
     assert vhosts_down(host, broker, address) == []
     name = host.ansible.get_variables()["inventory_hostname"]

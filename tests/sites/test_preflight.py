@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.sites.playbook import assert_untouched, run_site_yml
+from tests.sites.playbook import assert_untouched, run_playbook
 from tests.support.mesh import wait_until
 
 
@@ -20,7 +20,7 @@ def test_a_host_that_does_not_answer_stops_the_run_before_any_host_changes(
 ) -> None:
     dead = {"ansible_host": "192.168.251.29", "enmesh_host_address": "192.168.251.29"}
     extra = {"all": {"children": {"enmesh": {"hosts": {"site-h9": dead}}}}}
-    code, output = run_site_yml(tmp_path, extra)
+    code, output = run_playbook(tmp_path, extra)
     assert code != 0
     assert "site-h9 (192.168.251.29) did not answer over SSH within 20 s" in output, output[-3000:]
     assert "Power it on, or correct its address" in output
@@ -56,7 +56,7 @@ def test_a_host_whose_router_port_is_taken_stops_the_run_naming_host_and_port(
     deployment: dict[str, Any],
     squatted_router_port: str,
 ) -> None:
-    code, output = run_site_yml(tmp_path)
+    code, output = run_playbook(tmp_path)
     assert code != 0
     router = deployment["routers"][-1]["id"]
     address = squatted_router_port.rsplit(":", 1)[0]
@@ -77,7 +77,7 @@ def test_a_host_without_room_stops_the_run_naming_host_path_and_need(
     extra = {
         "all": {"children": {"enmesh": {"hosts": {"site-h1": {"enmesh_base_min_free_mb": need}}}}}
     }
-    code, output = run_site_yml(tmp_path, extra)
+    code, output = run_playbook(tmp_path, extra)
     assert code != 0
     assert "site-h1 is not ready for" in output, output[-3000:]
     assert re.search(

@@ -21,7 +21,7 @@ from typing import Any
 from enmesh.deploy.smoke import Stack
 from tests.sites.clients import longest_wait
 from tests.sites.conftest import ROOT, STACK
-from tests.sites.playbook import run_site_yml
+from tests.sites.playbook import run_playbook
 from tests.sites.steady import RATE, steady_traffic
 from tests.sites.whole import rabbitmqctl, wait_until_whole
 from tests.support.builds import new_build
@@ -103,7 +103,7 @@ def test_a_rolling_upgrade_under_a_steady_producer_and_consumer_loses_nothing(  
 
     with steady_traffic(stack, deployment) as (producer, consumer):
         upgrade_began = time.monotonic()
-        code, output = run_site_yml(
+        code, output = run_playbook(
             tmp_path, extra_vars={"enmesh_serial": "1", "enmesh_render_source_dir": str(tree)}
         )
         upgraded_in = time.monotonic() - upgrade_began

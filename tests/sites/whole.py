@@ -14,8 +14,9 @@ from typing import Any
 from tests.sites.clients import router_metrics
 from tests.support.mesh import samples, wait_until
 
-RECOVERY_SECONDS = 420.0  # a RabbitMQ node's boot and rejoin, then the routers' backoff; make
-# test runs the site beside pytest, so a loaded 2-core machine must fit in it too
+# A RabbitMQ node's boot and rejoin, then the routers' backoff; make test runs the site
+# beside pytest, so a loaded 2-core machine must fit in it too.
+RECOVERY_SECONDS = 420.0
 
 
 def rabbitmqctl(host: Any, node: str, *args: str) -> Any:
