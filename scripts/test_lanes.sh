@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
-# make test with the site scenario beside this host's other checks. Alone, the stages
-# (setup, lint, types, pytest, the local-stack scenarios, the site) took about two hours
-# on this 2-core machine kind's slow days; most of the site's time is Ansible over SSH,
-# broker boots and fault recovery, which leave the second core idle.
-# Alone first: lint (ansible-lint and molecule both prepare Ansible's caches), types, and
-# pytest's unit and router checks (the router's timers, helloMaxAge 3 s, must not be
-# starved: under the site's converge a paused-neighbour check saw releases).
-# Then the site scenario (hosts in network namespaces of their own) in a second lane,
-# beside the rest of pytest and then the local-stack scenarios, which stay after pytest:
-# they bind fixed ports on 127.0.0.1, where pytest's brokers and routers take free ones.
+# make test with the site scenario beside this host's other checks. One after another,
+# the stages (setup, lint, types, pytest, the local-stack scenarios, the site) took about
+# two hours on this 2-core machine kind's slow days; most of the site's time is Ansible
+# over SSH, broker boots and fault recovery, which leave the second core idle.
+# Lint first, alone: ansible-lint and molecule both prepare Ansible's caches. Then the
+# site scenario (hosts in network namespaces of their own) in a second lane, from the
+# start: it is the longest stage. Beside it: pytest's router checks first, at a higher
+# CPU priority than the site (their timers, helloMaxAge 3 s, must not be starved: under
+# the site's converge a paused-neighbour check saw releases), then types, the rest of
+# pytest and the local-stack scenarios, which stay after pytest: they bind fixed ports on
+# 127.0.0.1, where pytest's brokers and routers take free ones.
 # Lines of the site lane are prefixed `site│ `; the exit status is the worst stage's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MAKE="${MAKE:-make}"
-FIRST=(tests/unit tests/router)
+FIRST=(tests/router)
 
-"$MAKE" --no-print-directory lint typecheck || exit $?
-"$MAKE" --no-print-directory unit PYTEST_ARGS="${FIRST[*]}"
-first=$?
+"$MAKE" --no-print-directory lint || exit $?
 
 # In a process group of its own, so that an interrupted run stops the whole lane.
 setsid bash -c '"$0" --no-print-directory molecule-site 2>&1 | sed -u "s/^/site│ /"
@@ -25,6 +24,11 @@ setsid bash -c '"$0" --no-print-directory molecule-site 2>&1 | sed -u "s/^/site�
 site=$!
 trap 'kill -TERM -- "-$site" 2>/dev/null' EXIT
 trap 'exit 130' INT TERM
+
+nice -n -10 "$MAKE" --no-print-directory unit PYTEST_ARGS="${FIRST[*]}"
+first=$?
+"$MAKE" --no-print-directory typecheck
+types=$?
 
 # The rest of pyproject.toml's testpaths (pytest's --ignore does not apply to them).
 rest=$(.venv/bin/python - "${FIRST[@]}" <<'PY'
@@ -40,6 +44,6 @@ second=$?
 scenarios=$?
 wait "$site"
 there=$?
-echo "==> make test's lanes ended ($(date -u +%T)): pytest exit $first and $second," \
-    "local-stack scenarios $scenarios, site $there"
-((first == 0 && second == 0 && scenarios == 0 && there == 0))
+echo "==> make test's lanes ended ($(date -u +%T)): router checks exit $first, types $types," \
+    "the rest of pytest $second, local-stack scenarios $scenarios, site $there"
+((first == 0 && types == 0 && second == 0 && scenarios == 0 && there == 0))

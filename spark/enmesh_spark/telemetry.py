@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
@@ -56,6 +57,13 @@ SPARK_SETTINGS = {
     ),
 }
 
+
+# Spark gives each Python worker it starts (the amqp source's runner among them) a fixed
+# 10 s to connect back, with no setting; a host busy enough to miss that fails the query,
+# though nothing is wrong with it. The job restarts such a query from its checkpoint, in
+# the same Spark session, as Spark itself retries a failed task.
+TRANSIENT_FAILURES = ("Python worker failed to connect back",)
+QUERY_ATTEMPTS = 3
 
 # How the job keeps its state in the checkpoint. Spark cannot resume a checkpoint whose
 # stateful operators or state schemas changed; 2: the dedupe moved into the device step.
@@ -102,6 +110,15 @@ class JobConfig:
         """How often an idle job runs a batch. Silence timers fire only in a batch, and one
         that fires more than half the idle close late counts as not on time."""
         return min(5_000, self.device.idle_close_ms // 8)
+
+    @property
+    def idle_tick_for_ms(self) -> int:
+        """How long after the last message an idle job keeps running those batches. A
+        device's silence is three on-time expiries of a timer armed every half idle close,
+        the first armed by its last reading at the latest: its timers are all done within
+        two idle closes plus three ticks' lateness. Twice that leaves room for batches
+        slowed by a busy host; after it an idle job runs no batch at all."""
+        return 4 * self.device.idle_close_ms
 
 
 def check(messages: DataFrame, max_clock_skew_ms: int) -> DataFrame:
@@ -210,7 +227,8 @@ def start(  # type: ignore[no-untyped-def]
     checkpoint = config.out / "_checkpoint"
     claim_checkpoint(checkpoint)
     if messages is None:
-        options = {"idleTickMs": str(config.idle_tick_ms)} | config.source
+        ticks = {"idleTickMs": config.idle_tick_ms, "idleTickForMs": config.idle_tick_for_ms}
+        options = {k: str(v) for k, v in ticks.items()} | config.source
         messages = spark.readStream.format("amqp").options(**options).load()
     writer = (
         per_device(messages, config)
@@ -312,13 +330,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"enmesh-telemetry: {error}", file=sys.stderr)
         return 2
     spark = session("enmesh-telemetry", args.master)
-    query = start(spark, config, args.trigger_seconds or None)
     try:
-        run_until_idle(query, args.until_idle, max(args.trigger_seconds, 0.5))
+        run_query(spark, config, args)
     finally:
-        query.stop()
         spark.stop()
     return 0
+
+
+def run_query(spark: SparkSession, config: JobConfig, args: argparse.Namespace) -> None:
+    """Start the query and run it (see `run_until_idle`); a query that failed for a
+    transient reason (TRANSIENT_FAILURES) starts again from its checkpoint."""
+    for attempt in range(1, QUERY_ATTEMPTS + 1):
+        query = start(spark, config, args.trigger_seconds or None)
+        try:
+            run_until_idle(query, args.until_idle, max(args.trigger_seconds, 0.5))
+            return
+        except StreamingQueryException as error:
+            reason = next((r for r in TRANSIENT_FAILURES if r in str(error)), None)
+            if reason is None or attempt == QUERY_ATTEMPTS:
+                raise
+            print(
+                f"enmesh-telemetry: the query failed ({reason}, attempt {attempt} of "
+                f"{QUERY_ATTEMPTS}); starting it again from its checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+        finally:
+            query.stop()
 
 
 if __name__ == "__main__":

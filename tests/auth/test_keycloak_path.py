@@ -428,19 +428,24 @@ def test_the_console_logs_in_through_keycloak(
 
 
 def test_keycloak_down_refuses_new_connections_and_keeps_open_ones(stack: AuthStack) -> None:
-    """Last in this module: it stops Keycloak."""
+    """Last in this module: it stops Keycloak (and starts it again for the package's
+    other module)."""
     open_before = connect(stack, "alice@shop", "alice-secret", "shop")
     receiver = open_before.create_receiver("orders")
     process = stack.keycloak.process
     assert process is not None
     process.terminate()
-    # Wait on the open connection, so its heartbeats keep flowing meanwhile.
-    open_before.wait(lambda: process.poll() is not None, timeout=60, msg="Keycloak to stop")
-    assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop")
-    assert "Keycloak at" in stack.auth_log.read_text()  # why, in enmesh-auth's log
-    open_before.create_sender("orders", options=AtMostOnce()).send(Message(body="still here"))
-    assert receiver.receive(timeout=10).body == "still here"
-    open_before.close()
+    try:
+        # Wait on the open connection, so its heartbeats keep flowing meanwhile.
+        open_before.wait(lambda: process.poll() is not None, timeout=60, msg="Keycloak to stop")
+        assert "unauthorized" in refusal(stack, "alice@shop", "alice-secret", "shop")
+        assert "Keycloak at" in stack.auth_log.read_text()  # why, in enmesh-auth's log
+        open_before.create_sender("orders", options=AtMostOnce()).send(Message(body="still here"))
+        assert receiver.receive(timeout=10).body == "still here"
+        open_before.close()
+    finally:
+        process.wait(60)
+        stack.keycloak.start()
 
 
 def test_a_mechanism_the_listener_does_not_offer_is_refused(stack: AuthStack) -> None:

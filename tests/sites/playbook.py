@@ -14,6 +14,7 @@ import yaml
 from tests.sites.conftest import INVENTORY, ROOT
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SLOWEST_TASKS = 25  # the run's output ends with them (plugins/callback/enmesh.py)
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -46,6 +47,7 @@ def run_playbook(
             "PATH": f"{venv}:{os.environ['PATH']}",
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_FORCE_COLOR": "0",  # molecule's verifier sets it
+            "ENMESH_TASK_TIMES": str(SLOWEST_TASKS),
         },
     )
     return done.returncode, done.stdout + done.stderr
@@ -59,3 +61,9 @@ def assert_untouched(output: str, hosts: dict[str, Any]) -> dict[str, str]:
     changed = {name: recap[name] for name in names if " changed=0 " not in recap[name]}
     assert not changed, f"hosts changed by a run that should have stopped: {changed}"
     return recap
+
+
+def slowest_tasks(output: str) -> str:
+    """The run's closing list of its slowest tasks (see SLOWEST_TASKS)."""
+    start = output.rfind("slowest ")
+    return output[start:].strip() if start >= 0 else ""

@@ -21,7 +21,7 @@ from typing import Any
 from enmesh.deploy.smoke import Stack
 from tests.sites.clients import longest_wait
 from tests.sites.conftest import ROOT, STACK
-from tests.sites.playbook import run_playbook
+from tests.sites.playbook import run_playbook, slowest_tasks
 from tests.sites.steady import RATE, steady_traffic
 from tests.sites.whole import rabbitmqctl, wait_until_whole
 from tests.support.builds import new_build
@@ -108,6 +108,7 @@ def test_a_rolling_upgrade_under_a_steady_producer_and_consumer_loses_nothing(  
         )
         upgraded_in = time.monotonic() - upgrade_began
         assert code == 0, output[-4000:]
+    print(f"the serial run's {slowest_tasks(output)}")
     acknowledged = {body for _, body in producer.acknowledged}
 
     archive = ROOT / "build" / STACK / "enmesh-src.tar.gz"

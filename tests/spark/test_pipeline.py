@@ -221,6 +221,45 @@ def test_the_source_holds_credit_for_two_batches(stack: Mesh, tmp_path: Path) ->
     assert sorted(read) == sorted(r.id for r in readings)
 
 
+def test_an_idle_source_ticks_for_a_while_after_its_last_message_then_stops(
+    stack: Mesh, tmp_path: Path
+) -> None:
+    """Without messages the offset moves on every `idleTickMs` (Spark then runs the batch
+    the silence timers need) until none has come for `idleTickForMs` (a start counts as
+    one); then it stays, so an idle job runs no batch, until the next message."""
+    window = 4.0
+    options = {
+        "url": stack.url(0, tls=True), "address": "events", "waitMs": "50",
+        "idleTickMs": "200", "idleTickForMs": str(int(window * 1000)),
+    }  # fmt: skip
+    created = time.monotonic()
+    reader = AmqpStreamReader(options | _account(stack, "backend@iot", tmp_path))
+    offset = reader.initialOffset()
+
+    def read_until(done: Any, what: str) -> None:
+        nonlocal offset
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline, f"the source never {what}: {offset}"
+            _, offset = reader.read(offset)
+
+    try:
+        read_until(lambda: offset.get("tick", 0) > 0, "ticked after its start")
+        read_until(lambda: time.monotonic() > created + window, "reached its window's end")
+        still = dict(offset)
+        stop = time.monotonic() + 1.0  # five ticks' time
+        while time.monotonic() < stop:
+            _, offset = reader.read(offset)
+        assert offset == still, "ticks stop once no message came for idleTickForMs"
+        _simulate(stack, tmp_path, generate(seed=5, devices=1, rate=1, duration=1), "events")
+        read_until(lambda: offset["seq"] > still["seq"], "read the new message")
+        moved = offset["tick"]
+        read_until(lambda: offset["tick"] > moved, "ticked again after a message")
+        reader.commit(offset)
+    finally:
+        reader.stop()
+
+
 def test_the_source_uses_the_first_router_that_answers_and_leaves_one_gone_silent(
     stack: Mesh,
 ) -> None:
