@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import os
 import tempfile
@@ -237,14 +239,26 @@ def main() -> None:
     shared = {k: v for k, v in module.params.items() if k not in ("certificates", "directory")}
     openssl = Openssl(module)
     issued = []
-    for certificate in module.params["certificates"]:
-        params = {**shared, **_request(module.params["directory"], certificate)}
-        reasons = reasons_to_issue(openssl, params)
-        if reasons:
-            issued.append({"path": params["path"], "reasons": reasons})
-            if not module.check_mode:
-                issue(openssl, params, new_key=not Path(params["privatekey_path"]).exists())
+    with _locked(module.params["directory"]):
+        for certificate in module.params["certificates"]:
+            params = {**shared, **_request(module.params["directory"], certificate)}
+            reasons = reasons_to_issue(openssl, params)
+            if reasons:
+                issued.append({"path": params["path"], "reasons": reasons})
+                if not module.check_mode:
+                    issue(openssl, params, new_key=not Path(params["privatekey_path"]).exists())
     module.exit_json(changed=bool(issued), issued=issued)
+
+
+@contextlib.contextmanager
+def _locked(directory: str):  # type: ignore[no-untyped-def]
+    """The PKI directory to this run alone. The play runs this module for every host at
+    once, and hosts share certificates (a broker cluster's nodes share the broker's): one
+    host's run read broker-0.key while another's was writing it ("Could not read private
+    key"). The second now waits, then finds the certificate there and valid."""
+    with Path(directory, ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 if __name__ == "__main__":
