@@ -5,12 +5,12 @@
 # over SSH, broker boots and fault recovery, which leave the second core idle.
 # Lint first, alone: ansible-lint and molecule both prepare Ansible's caches. Then the
 # site scenario (hosts in network namespaces of their own) in a second lane, from the
-# start: it is the longest stage. Beside it: pytest's router checks first, at a higher
-# CPU priority than the site (their timers, helloMaxAge 3 s, must not be starved: under
-# the site's converge a paused-neighbour check saw releases), then types, the rest of
-# pytest and the local-stack scenarios, which stay after pytest: they bind fixed ports on
-# 127.0.0.1, where pytest's brokers and routers take free ones.
-# Lines of the site lane are prefixed `site│ `; the exit status is the worst stage's.
+# start, followed there by the local-stack scenario. Beside it: pytest's router checks
+# first, at a higher CPU priority than the site (their timers, helloMaxAge 3 s, must not
+# be starved: under the site's converge a paused-neighbour check saw releases), then
+# types and the rest of pytest. The local stack binds fixed ports on 127.0.0.1; pytest's
+# brokers and routers take free ones and never those (tests/support/ports.py, RESERVED).
+# Lines of the second lane are prefixed `site│ `; the exit status is the worst stage's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MAKE="${MAKE:-make}"
@@ -20,7 +20,11 @@ FIRST=(tests/router)
 
 # In a process group of its own, so that an interrupted run stops the whole lane.
 setsid bash -c '"$0" --no-print-directory molecule-site 2>&1 | sed -u "s/^/site│ /"
-                exit "${PIPESTATUS[0]}"' "$MAKE" &
+                site=${PIPESTATUS[0]}
+                "$0" --no-print-directory molecule 2>&1 | sed -u "s/^/site│ /"
+                local=${PIPESTATUS[0]}
+                echo "==> site scenario exit $site, local-stack scenario exit $local"
+                exit $((site > local ? site : local))' "$MAKE" &
 site=$!
 trap 'kill -TERM -- "-$site" 2>/dev/null' EXIT
 trap 'exit 130' INT TERM
@@ -40,10 +44,8 @@ PY
 )
 "$MAKE" --no-print-directory unit PYTEST_ARGS="$rest"
 second=$?
-"$MAKE" --no-print-directory molecule
-scenarios=$?
 wait "$site"
 there=$?
 echo "==> make test's lanes ended ($(date -u +%T)): router checks exit $first, types $types," \
-    "the rest of pytest $second, local-stack scenarios $scenarios, site $there"
-((first == 0 && types == 0 && second == 0 && scenarios == 0 && there == 0))
+    "the rest of pytest $second, the scenarios $there"
+((first == 0 && types == 0 && second == 0 && there == 0))

@@ -31,7 +31,15 @@ def _below_ephemeral() -> int:
 _HIGH = _below_ephemeral()
 
 
+# The local stack's fixed ports in the range drawn from (its broker's TLS and Erlang
+# distribution ports, stacks/local.stack.yml): make test runs the local-stack scenario
+# while the rest of pytest may still run.
+RESERVED = frozenset({25671, 25672})
+
+
 def _bindable(port: int) -> bool:
+    if port in RESERVED:
+        return False
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # No SO_REUSEADDR: a port in TIME_WAIT is reported as taken, which is what a
         # server that does not set the option would see as well.
