@@ -9,7 +9,7 @@
 # first, at a higher CPU priority than the site (their timers, helloMaxAge 3 s, must not
 # be starved: under the site's converge a paused-neighbour check saw releases), then
 # types and the rest of pytest. The local stack binds fixed ports on 127.0.0.1; pytest's
-# brokers and routers take free ones and never those (tests/support/ports.py, RESERVED).
+# brokers and routers take free ones and never those (tests/support/ports.py).
 # Lines of the second lane are prefixed `site│ `; the exit status is the worst stage's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,9 +22,9 @@ FIRST=(tests/router)
 setsid bash -c '"$0" --no-print-directory molecule-site 2>&1 | sed -u "s/^/site│ /"
                 site=${PIPESTATUS[0]}
                 "$0" --no-print-directory molecule 2>&1 | sed -u "s/^/site│ /"
-                local=${PIPESTATUS[0]}
-                echo "==> site scenario exit $site, local-stack scenario exit $local"
-                exit $((site > local ? site : local))' "$MAKE" &
+                stack=${PIPESTATUS[0]}
+                echo "==> site scenario exit $site, local-stack scenario exit $stack"
+                exit $((site > stack ? site : stack))' "$MAKE" &
 site=$!
 trap 'kill -TERM -- "-$site" 2>/dev/null' EXIT
 trap 'exit 130' INT TERM

@@ -227,8 +227,11 @@ def start(  # type: ignore[no-untyped-def]
     checkpoint = config.out / "_checkpoint"
     claim_checkpoint(checkpoint)
     if messages is None:
-        ticks = {"idleTickMs": config.idle_tick_ms, "idleTickForMs": config.idle_tick_for_ms}
-        options = {k: str(v) for k, v in ticks.items()} | config.source
+        ticks = {
+            "idleTickMs": str(config.idle_tick_ms),
+            "idleTickForMs": str(config.idle_tick_for_ms),
+        }
+        options = ticks | config.source
         messages = spark.readStream.format("amqp").options(**options).load()
     writer = (
         per_device(messages, config)
@@ -331,19 +334,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spark = session("enmesh-telemetry", args.master)
     try:
-        run_query(spark, config, args)
+        run_query(spark, config, args.trigger_seconds, args.until_idle)
     finally:
         spark.stop()
     return 0
 
 
-def run_query(spark: SparkSession, config: JobConfig, args: argparse.Namespace) -> None:
+def run_query(
+    spark: SparkSession, config: JobConfig, trigger_seconds: float, until_idle: float
+) -> None:
     """Start the query and run it (see `run_until_idle`); a query that failed for a
     transient reason (TRANSIENT_FAILURES) starts again from its checkpoint."""
     for attempt in range(1, QUERY_ATTEMPTS + 1):
-        query = start(spark, config, args.trigger_seconds or None)
+        query = start(spark, config, trigger_seconds or None)
         try:
-            run_until_idle(query, args.until_idle, max(args.trigger_seconds, 0.5))
+            run_until_idle(query, until_idle, max(trigger_seconds, 0.5))
             return
         except StreamingQueryException as error:
             reason = next((r for r in TRANSIENT_FAILURES if r in str(error)), None)

@@ -10,9 +10,15 @@ thousands) can take a port between the check and the server's bind, as one did i
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import socket
 from pathlib import Path
+
+from enmesh.compile import load_stack
+from enmesh.compile.layout import Layout
+from enmesh.compile.ports import claims
+from enmesh.model import load_model
 
 HOST = "127.0.0.1"
 _LOW = 10000
@@ -31,14 +37,19 @@ def _below_ephemeral() -> int:
 _HIGH = _below_ephemeral()
 
 
-# The local stack's fixed ports in the range drawn from (its broker's TLS and Erlang
-# distribution ports, stacks/local.stack.yml): make test runs the local-stack scenario
-# while the rest of pytest may still run.
-RESERVED = frozenset({25671, 25672})
+LOCAL_STACK = Path(__file__).resolve().parents[2] / "stacks" / "local.stack.yml"
+
+
+@functools.cache
+def local_stack_ports() -> frozenset[int]:
+    """Every port the local stack listens on (the compiler's own list): make test runs the
+    local-stack scenario while the rest of pytest may still run, so tests never take them."""
+    stack, models = load_stack(LOCAL_STACK)
+    return frozenset(port for _, port, _ in claims(Layout(stack, load_model(models))))
 
 
 def _bindable(port: int) -> bool:
-    if port in RESERVED:
+    if port in local_stack_ports():
         return False
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # No SO_REUSEADDR: a port in TIME_WAIT is reported as taken, which is what a
