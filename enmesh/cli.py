@@ -25,6 +25,7 @@ from enmesh.deploy.debs import RepositoryError, write_archive
 from enmesh.deploy.sasldb import SasldbError, ensure_from_deployment, watch_sasldb
 from enmesh.deploy.secrets import ensure_secrets
 from enmesh.deploy.smoke_run import run_smoke
+from enmesh.deploy.wheels import WheelhouseError, write_wheels_archive
 from enmesh.k8s.config import KubeStackError
 from enmesh.migrate.commands import add_migrate
 from enmesh.migrate.ends import MigrateError
@@ -123,6 +124,12 @@ def _cmd_deploy_debs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_deploy_wheels(args: argparse.Namespace) -> int:
+    changed = write_wheels_archive(args.wheelhouse, args.out)
+    print("changed" if changed else "unchanged")
+    return 0
+
+
 def _cmd_deploy_sasldb(args: argparse.Namespace) -> int:
     path, changed = ensure_from_deployment(args.config_dir, args.flat_secrets)
     print(f"{'changed' if changed else 'unchanged'}: {path}", flush=True)
@@ -190,6 +197,12 @@ def _deploy_commands(commands: Any) -> None:
     debs.add_argument("--repository", type=Path, required=True, metavar="DIR")
     debs.add_argument("--out", type=Path, required=True, metavar="FILE")
     debs.set_defaults(run=_cmd_deploy_debs)
+    wheels = steps.add_parser(
+        "wheels", help="pack a wheelhouse for air-gapped hosts into one archive"
+    )
+    wheels.add_argument("--wheelhouse", type=Path, required=True, metavar="DIR")
+    wheels.add_argument("--out", type=Path, required=True, metavar="FILE")
+    wheels.set_defaults(run=_cmd_deploy_wheels)
     sasldb = steps.add_parser("sasldb", help="build the routers' SASL database from the secrets")
     sasldb.add_argument("--config-dir", type=Path, default=Path("/etc/enmesh"), metavar="DIR")
     sasldb.add_argument(
@@ -358,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stackctl.StackError,
         SasldbError,
         RepositoryError,
+        WheelhouseError,
         KubeStackError,
         ApplyRefused,
         BrokerError,
