@@ -13,10 +13,13 @@ in a process of its own (all share the machine's cores with the gateway, the rou
 mosquitto), 100-byte payloads:
   - throughput MQTT -> MQTT at QoS 0, 1 and 2 (publisher keeps 100 QoS 1 or 2 in flight;
     the subscriber PUBACKs each message, or at QoS 2 answers PUBREC and then PUBREL with
-    PUBCOMP), msgs/s at the subscriber;
+    PUBCOMP), msgs/s at the subscriber, and the servers' CPU per message from /proc
+    (mosquitto's; the gateway's and, behind it, the router's): steadier on a shared
+    machine than the rates;
   - latency p50/p99 at QoS 1, publisher paced at half the gateway's QoS 1 rate;
-  - idle connections: N CONNECTed clients held, memory per connection (gateway RSS and,
-    for the gateway, the router's too: each device is an AMQP connection of its own);
+  - idle connections: N CONNECTed clients held (the iot space's connection limit raised
+    to admit them), memory per connection (gateway RSS and, for the gateway, the
+    router's too: each device is an AMQP connection of its own);
   - soak: QoS 1 for SOAK seconds through the gateway, its RSS sampled (flat = no leak).
 Figures go to benchmarks/results/mqtt_gateway.json.
 """
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import multiprocessing
 import os
 import shutil
@@ -43,7 +45,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results_file import publish  # noqa: E402
+from benchmarks.router_connections import roomy_model  # noqa: E402
 from enmesh.router.main import raise_descriptor_limit  # noqa: E402
+from tests.support.connect_load import cpu_seconds  # noqa: E402
 from tests.support.mesh import build_mesh, wait_until  # noqa: E402
 from tests.support.ports import free_port, port_is_listening  # noqa: E402
 
@@ -51,6 +56,8 @@ RESULTS = ROOT / "benchmarks" / "results" / "mqtt_gateway.json"
 PAYLOAD = 100
 TOPIC = "telemetry"
 WINDOW = 100
+ROUTER = "router behind the gateway"
+CPU_NAMES = ("mosquitto", "gateway", ROUTER)
 IDLE_END = 5.0  # seconds without a message after which a subscriber stops counting
 
 
@@ -61,6 +68,7 @@ class Target:
     publisher: tuple[str, str] | None  # (user, password); None: anonymous
     subscriber: tuple[str, str] | None
     pid: int
+    behind: tuple[int, ...] = ()  # the processes it relays through (the gateway's router)
 
 
 # --- a minimal blocking MQTT 3.1.1 client ------------------------------------------------
@@ -203,9 +211,12 @@ def flow(target: Target, qos: int, count: int, rate: float | None = None) -> dic
     sub.start()
     if not ready.wait(30):
         raise RuntimeError(f"{target.name}: subscriber not ready")
+    servers = (target.pid, *target.behind)
+    cpu_before = [cpu_seconds(pid) for pid in servers]
     pub = context.Process(target=_publisher, args=(target, qos, count, rate))
     pub.start()
     received, seconds, latencies = out.get(timeout=600)
+    cpu = [cpu_seconds(pid) - before for pid, before in zip(servers, cpu_before, strict=True)]
     pub.join(60)
     sub.join(60)
     latencies.sort()
@@ -216,6 +227,9 @@ def flow(target: Target, qos: int, count: int, rate: float | None = None) -> dic
         "msgs_per_s": received / seconds if seconds else 0.0,
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+        # from the publisher's start to the subscriber's last message
+        "cpu_us_per_msg": 1e6 * cpu[0] / max(received, 1),
+        "behind_cpu_us_per_msg": 1e6 * sum(cpu[1:]) / max(received, 1),
     }
 
 
@@ -286,7 +300,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--idle", type=int, default=2000)
+    parser.add_argument("--idle", type=int, default=10000)
     parser.add_argument("--soak", type=float, default=60.0)
     parser.add_argument("--mosquitto", default=shutil.which("mosquitto") or "/usr/sbin/mosquitto")
     args = parser.parse_args()
@@ -295,7 +309,8 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
         return 2
     raise_descriptor_limit()  # thousands of idle clients
     directory = Path(tempfile.mkdtemp(prefix="mqtt-bench-"))
-    mesh = build_mesh(directory / "mesh", routers=1)
+    model = roomy_model(directory, args.idle)
+    mesh = build_mesh(directory / "mesh", routers=1, models=[model])
     mesh.start()
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -308,16 +323,20 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
         backend = ("backend@iot", mesh.passwords["backend@iot"])
         targets = [
             Target("mosquitto", mosquitto_port, None, None, mosquitto.pid),
-            Target("gateway", gateway_port, device, backend, gateway.pid),
+            Target("gateway", gateway_port, device, backend, gateway.pid, (router.pid,)),
         ]
         figures: dict[str, Any] = {"runs": args.runs, "messages": args.messages}
         for qos in (0, 1, 2):
             per: dict[str, list[float]] = {t.name: [] for t in targets}
+            cpu: dict[str, list[float]] = {name: [] for name in CPU_NAMES}
             lost: dict[str, int] = {t.name: 0 for t in targets}
             for run in range(args.runs):
                 for target in targets:  # interleaved: mosquitto, gateway, mosquitto, ...
                     result = flow(target, qos, args.messages)
                     per[target.name].append(result["msgs_per_s"])
+                    cpu[target.name].append(result["cpu_us_per_msg"])
+                    if target.behind:
+                        cpu[ROUTER].append(result["behind_cpu_us_per_msg"])
                     lost[target.name] += args.messages - int(result["delivered"])
                     print(
                         f"QoS {qos} run {run + 1} {target.name}: {result['msgs_per_s']:.0f} msg/s"
@@ -325,6 +344,9 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
             medians = {name: statistics.median(v) for name, v in per.items()}
             figures[f"qos{qos}_msgs_per_s"] = {n: round(m) for n, m in medians.items()}
             figures[f"qos{qos}_not_delivered"] = lost
+            figures[f"qos{qos}_cpu_us_per_msg"] = {
+                name: round(statistics.median(v), 1) for name, v in cpu.items()
+            }
             figures[f"qos{qos}_ratio_gateway_to_mosquitto"] = round(
                 medians["gateway"] / medians["mosquitto"], 3
             )
@@ -350,8 +372,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
             figures["soak_rss_growth_after_warmup_kb"] = soak[-1][1] - soak[1][1]
         print(f"soak (s, gateway RSS KB): {soak}")
         figures["machine"] = {"cpus": os.cpu_count()}
-        RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
-        print(f"written to {RESULTS.relative_to(ROOT)}")
+        publish(figures, RESULTS)
     finally:
         for process in processes:
             process.terminate()

@@ -114,6 +114,7 @@ class MeshClient:
         self.ended = False
         self._session: Any = None
         self._dispatching = False
+        self._process_due = False  # a write is queued for the end of this loop round
         self._linger: Timer | None = None
 
     def open(self, user: str, password: str, space: str) -> None:
@@ -363,9 +364,18 @@ class MeshClient:
         tell()
 
     def _process(self) -> None:
-        # From inside an event the socket's own process() is running: it writes when the
-        # handler returns (calling it again would dispatch the same event twice).
-        if self.socket is not None and not self._dispatching:
+        """Write what the calls since the last write produced, once per loop round: the
+        round's publishes, settlements and credit leave in one write (and one flow
+        frame), not one each; the round's callbacks run before the loop waits again.
+        From inside an event nothing is due: the socket's own process() is running and
+        writes when the handler returns (calling it would dispatch the event twice)."""
+        if self.socket is not None and not self._dispatching and not self._process_due:
+            self._process_due = True
+            self.loop.call_soon(self._process_now)
+
+    def _process_now(self) -> None:
+        self._process_due = False
+        if self.socket is not None:
             self.socket.process()
 
 
