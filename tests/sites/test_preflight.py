@@ -84,3 +84,23 @@ def test_a_host_without_room_stops_the_run_naming_host_path_and_need(
         rf"/opt/enmesh, .* on a filesystem with \d+ MB free, enmesh needs {need} MB", output
     )
     assert_untouched(output, hosts | spark_hosts)
+
+
+def test_a_spark_host_without_the_shared_storage_stops_the_run_and_the_probe_is_gone(
+    tmp_path: Path, hosts: dict[str, Any], spark_hosts: dict[str, Any], spark_master: str
+) -> None:
+    """site-h4 told to look for the shared storage at /opt, a directory of its own disk:
+    the master's host writes its probe to the real shared storage, site-h4 does not find
+    it there, and the run stops before any host changes, the probe removed again."""
+    extra = {
+        "all": {"children": {"spark": {"hosts": {"site-h4": {"enmesh_spark_shared_dir": "/opt"}}}}}
+    }
+    code, output = run_playbook(tmp_path, extra)
+    assert code != 0
+    master = spark_hosts[spark_master].ansible.get_variables()["inventory_hostname"]
+    assert (
+        f"site-h4: /opt is not the storage {master} writes to (its probe is missing here)" in output
+    ), output[-3000:]
+    assert_untouched(output, hosts | spark_hosts)
+    shared = spark_hosts[spark_master].ansible.get_variables()["enmesh_spark_shared_dir"]
+    assert not spark_hosts[spark_master].file(f"{shared}/.enmesh-preflight-site").exists
