@@ -31,7 +31,6 @@ the device's next CONNECT gets `session present = 0`.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from typing import TYPE_CHECKING
 
 from proton import Delivery, Message
@@ -197,7 +196,7 @@ def resume(session: Session, newer: Session) -> None:
         session.transport.write(packets.publish(session.version, publish))
     for packet_id in sorted(session.qos2_released):
         session.transport.write(packets.ack(session.version, packets.PUBREL, packet_id))
-    offline, session.offline = session.offline, deque()
+    offline, session.offline = session.offline, []
     for topic, delivery, message in offline:
         session.on_message(topic, delivery, message)
     session.run_held()
