@@ -1,7 +1,7 @@
 """MQTT gateway benchmark, side by side with mosquitto (the reference), interleaved runs.
 
     .venv/bin/python benchmarks/mqtt_gateway.py [--messages N] [--runs R] [--idle N]
-        [--soak SECONDS] [--mosquitto PATH]
+        [--soak SECONDS] [--mosquitto PATH] [--label X]
 
 mosquitto is Debian's package (2.0.11), started by this script on a free loopback port
 (`apt-get install mosquitto`, or `apt-get download mosquitto libmosquitto1 libdlt2` and
@@ -21,7 +21,8 @@ mosquitto), 100-byte payloads:
     to admit them), memory per connection (gateway RSS and, for the gateway, the
     router's too: each device is an AMQP connection of its own);
   - soak: QoS 1 for SOAK seconds through the gateway, its RSS sampled (flat = no leak).
-Figures go to benchmarks/results/mqtt_gateway.json.
+Figures go to benchmarks/results/mqtt_gateway.json (mqtt_gateway-X.json with --label X: a
+run of other code or settings, kept beside the main one for comparison).
 """
 
 from __future__ import annotations
@@ -303,6 +304,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
     parser.add_argument("--idle", type=int, default=10000)
     parser.add_argument("--soak", type=float, default=60.0)
     parser.add_argument("--mosquitto", default=shutil.which("mosquitto") or "/usr/sbin/mosquitto")
+    parser.add_argument("--label", default="", help="write mqtt_gateway-LABEL.json instead")
     args = parser.parse_args()
     if not Path(args.mosquitto).exists():
         print(f"mosquitto not found at {args.mosquitto}: see the docstring", file=sys.stderr)
@@ -326,6 +328,8 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
             Target("gateway", gateway_port, device, backend, gateway.pid, (router.pid,)),
         ]
         figures: dict[str, Any] = {"runs": args.runs, "messages": args.messages}
+        if args.label:
+            figures["label"] = args.label
         for qos in (0, 1, 2):
             per: dict[str, list[float]] = {t.name: [] for t in targets}
             cpu: dict[str, list[float]] = {name: [] for name in CPU_NAMES}
@@ -372,7 +376,8 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
             figures["soak_rss_growth_after_warmup_kb"] = soak[-1][1] - soak[1][1]
         print(f"soak (s, gateway RSS KB): {soak}")
         figures["machine"] = {"cpus": os.cpu_count()}
-        publish(figures, RESULTS)
+        suffix = f"-{args.label}" if args.label else ""
+        publish(figures, RESULTS.with_name(f"mqtt_gateway{suffix}.json"))
     finally:
         for process in processes:
             process.terminate()

@@ -112,22 +112,22 @@ def _cmd_deploy_secrets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_deploy_bundle(args: argparse.Namespace) -> int:
-    changed = write_bundle(args.source or Path(__file__).resolve().parent.parent, args.out)
+def _changed(changed: bool) -> int:
+    """What an idempotent deploy step prints for the role to read (changed_when)."""
     print("changed" if changed else "unchanged")
     return 0
+
+
+def _cmd_deploy_bundle(args: argparse.Namespace) -> int:
+    return _changed(write_bundle(args.source or Path(__file__).resolve().parent.parent, args.out))
 
 
 def _cmd_deploy_debs(args: argparse.Namespace) -> int:
-    changed = write_archive(args.repository, args.out)
-    print("changed" if changed else "unchanged")
-    return 0
+    return _changed(write_archive(args.repository, args.out))
 
 
 def _cmd_deploy_wheels(args: argparse.Namespace) -> int:
-    changed = write_wheels_archive(args.wheelhouse, args.out)
-    print("changed" if changed else "unchanged")
-    return 0
+    return _changed(write_wheels_archive(args.wheelhouse, args.out))
 
 
 def _cmd_deploy_sasldb(args: argparse.Namespace) -> int:

@@ -51,6 +51,12 @@ def reproducible_member(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
+def add_file(archive: tarfile.TarFile, path: Path, name: str) -> None:
+    """Add the file at `path` as `name` (a reproducible_member), streamed from disk."""
+    with path.open("rb") as data:
+        archive.addfile(reproducible_member(name, path.stat().st_size), data)
+
+
 def build_bundle(project: Path) -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:

@@ -15,7 +15,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from enmesh.deploy.bundle import reproducible_member
+from enmesh.deploy.bundle import add_file
 
 INDEX = "Packages"
 ROOT = "debs"  # the directory the archive unpacks to
@@ -58,11 +58,6 @@ def read_index(repository: Path, text: str) -> list[Entry]:
     return entries
 
 
-def _add(archive: tarfile.TarFile, path: Path, name: str) -> None:
-    with path.open("rb") as data:
-        archive.addfile(reproducible_member(f"{ROOT}/{name}", path.stat().st_size), data)
-
-
 def write_archive(repository: Path, out: Path) -> bool:
     """Pack the repository's index and the files it names into `out` (an uncompressed tar:
     .debs are compressed already), unless `out` already holds this index; returns
@@ -82,9 +77,9 @@ def write_archive(repository: Path, out: Path) -> bool:
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_name(f".{out.name}.tmp")
     with tarfile.open(temporary, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        _add(archive, repository / INDEX, INDEX)
+        add_file(archive, repository / INDEX, f"{ROOT}/{INDEX}")
         for filename in sorted({e.filename.removeprefix("./") for e in entries}):
-            _add(archive, repository / filename, filename)
+            add_file(archive, repository / filename, f"{ROOT}/{filename}")
     temporary.replace(out)
     stamp.write_text(digest + "\n")
     return True

@@ -13,7 +13,7 @@ import filecmp
 import tarfile
 from pathlib import Path
 
-from enmesh.deploy.bundle import reproducible_member
+from enmesh.deploy.bundle import add_file
 
 ROOT = "wheels"  # the directory the archive unpacks to
 SUFFIX = ".whl"
@@ -45,9 +45,7 @@ def write_wheels_archive(wheelhouse: Path, out: Path) -> bool:
     temporary = out.with_name(f".{out.name}.tmp")
     with tarfile.open(temporary, mode="w", format=tarfile.PAX_FORMAT) as archive:
         for wheel in wheels:
-            with wheel.open("rb") as data:
-                member = reproducible_member(f"{ROOT}/{wheel.name}", wheel.stat().st_size)
-                archive.addfile(member, data)
+            add_file(archive, wheel, f"{ROOT}/{wheel.name}")
     if out.is_file() and filecmp.cmp(out, temporary, shallow=False):
         temporary.unlink()
         return False

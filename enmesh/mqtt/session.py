@@ -50,8 +50,8 @@ class Transport(Protocol):
 
 
 class Session:
-    # Slots, not a __dict__: 10,000 devices hold 10,000 sessions (the dict of 32
-    # attributes was about 1.6 KB of each; tracemalloc, benchmarks' idle devices).
+    # Slots, not a __dict__: 10,000 devices hold 10,000 sessions, and the dict of these
+    # attributes was about 1.6 KB of each (tracemalloc over 800 devices connecting).
     __slots__ = (
         "assigned_id",
         "clean_end",
