@@ -24,7 +24,11 @@ from enmesh.compile import (
     monitoring,
     router,
 )
-from enmesh.compile.broker_nodes import broker_nodes, inter_node_tls_file, is_cluster
+from enmesh.compile.broker_nodes import (
+    broker_nodes,
+    inter_node_tls_file,
+    speaks_tls_distribution,
+)
 from enmesh.compile.engines import profile_of
 from enmesh.compile.engines.check import policy_problems, refuse_unserved, require_valid
 from enmesh.compile.layout import Layout
@@ -91,7 +95,7 @@ def _compile(layout: Layout) -> Artefacts:
         )
         for node in broker_nodes(spec):
             files[node.config] = broker.rabbitmq_conf(layout, node)
-        if is_cluster(spec):
+        if speaks_tls_distribution(spec):
             files[inter_node_tls_file(spec)] = broker.inter_node_tls(layout, spec)
     files["auth/users.json"] = to_json(auth.users(layout))
     files["auth/sasl2/qdrouterd.conf"] = auth.sasl_config(layout)

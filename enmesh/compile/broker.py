@@ -253,10 +253,11 @@ def _distribution(spec: StackBroker, node: BrokerNode) -> list[str]:
 
 
 def inter_node_tls(layout: Layout, spec: StackBroker) -> str:
-    """The Erlang distribution's TLS options of a cluster on hosts (`-ssl_dist_optfile`):
-    the nodes, and the CLI tools that join them, prove themselves with the broker's
-    certificate from the stack's CA, both ways. No host name check: nodes are reached by
-    address and any holder of the broker's key is a node (the cookie is checked too)."""
+    """The Erlang distribution's TLS options of a cluster (`-ssl_dist_optfile`), on hosts
+    or on Kubernetes: the nodes, and the CLI tools that join them, prove themselves with
+    the broker's certificate from the stack's CA, both ways. No host name check: nodes
+    are reached by address (or a pod's name) and any holder of the broker's key is a node
+    (the cookie is checked too)."""
     component = layout.broker_tls_component(spec.name)
     tls_versions = ", ".join(f"'tlsv{v}'" for v in versions(layout.stack.spec.tls))
     common = [

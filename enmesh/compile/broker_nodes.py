@@ -43,6 +43,13 @@ def is_cluster(spec: Broker) -> bool:
     return bool(spec.nodes)
 
 
+def speaks_tls_distribution(spec: Broker) -> bool:
+    """Nodes that reach each other over a network (a cluster on hosts, or Kubernetes
+    pods found by peer discovery) speak Erlang distribution over TLS; a lone node keeps
+    it on loopback."""
+    return is_cluster(spec) or spec.peerDiscovery is not None
+
+
 def broker_nodes(spec: Broker) -> tuple[BrokerNode, ...]:
     if not is_cluster(spec):
         return (

@@ -1,19 +1,23 @@
 """`BrokerCluster`: RabbitMQ (official image) as a StatefulSet that clusters itself.
 
-Nodes find each other through Kubernetes peer discovery on a headless Service, queues are
-quorum queues (compiled), data sits on a PVC per node in the stack's storage class, and
-the compiled definitions, with the routers' user added as a password hash, load at boot.
+Nodes find each other through Kubernetes peer discovery on a headless Service and speak
+Erlang distribution over TLS (see enmesh.k8s.broker_env), queues are quorum queues
+(compiled), data sits on a PVC per node in the stack's storage class, and the compiled
+definitions, with the routers' user added as a password hash, load at boot.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from enmesh.compile.broker_nodes import inter_node_tls_file
 from enmesh.compile.layout import ROUTER_BROKER_USER
+from enmesh.k8s.broker_env import COOKIE_ENV, rabbitmq_env_conf
 from enmesh.k8s.config import KubeStackConfig
 from enmesh.k8s.layout import BROKER_NAME, BROKER_PORTS, PATHS, KubeLayout
 from enmesh.k8s.rabbitmq_hash import SALT_BYTES, with_user
@@ -26,6 +30,7 @@ DATA_DIR = "/var/lib/rabbitmq"
 CONF = f"brokers/{BROKER_NAME}.rabbitmq.conf"
 DEFINITIONS = f"brokers/{BROKER_NAME}.definitions.json"
 PLUGINS = "brokers/enabled_plugins"
+ENV_FILE = "brokers/rabbitmq-env.conf"
 PLUGIN_LIST = "[rabbitmq_amqp1_0,rabbitmq_mqtt,rabbitmq_peer_discovery_k8s,rabbitmq_prometheus].\n"
 
 
@@ -66,11 +71,18 @@ class BrokerCluster(pulumi.ComponentResource):
                 base64.b64decode(str(values[1])),
             )
         )
-        config_hash = layout.artefacts.content_hash("brokers/")
+        tls_dist = _tls_dist_file(layout)
+        env_conf = rabbitmq_env_conf(BROKER_NAME, f"{PATHS.config}/{tls_dist}")
+        # The pods roll when any file they read changes, compiled or written here.
+        config_hash = hashlib.sha256(
+            "\0".join([layout.artefacts.content_hash("brokers/"), PLUGIN_LIST, env_conf]).encode()
+        ).hexdigest()[:10]
         files: dict[str, pulumi.Input[str]] = {
             CONF: layout.artefacts.files[CONF],
             DEFINITIONS: pulumi.Output.secret(definitions),
             PLUGINS: PLUGIN_LIST,
+            tls_dist: layout.artefacts.files[tls_dist],
+            ENV_FILE: env_conf,
         }
         config_secret = core.Secret(
             f"{name}-config",
@@ -175,18 +187,17 @@ class BrokerCluster(pulumi.ComponentResource):
     ) -> core.PodSpecArgs:
         names = layout.names
         node_host = f"$(POD_NAME).{names.service_host(names.broker_nodes)}"
-        cookie_args = "-setcookie $(ERLANG_COOKIE)"  # a reference: kubelet expands it
         env = [
             w.pod_name_env(),
-            w.secret_key_env("ERLANG_COOKIE", cookie_secret, "cookie"),
+            w.secret_key_env(COOKIE_ENV, cookie_secret, "cookie"),
             core.EnvVarArgs(name="RABBITMQ_USE_LONGNAME", value="true"),
             core.EnvVarArgs(name="RABBITMQ_NODENAME", value=f"rabbit@{node_host}"),
             core.EnvVarArgs(name="RABBITMQ_CONFIG_FILE", value=f"{PATHS.config}/{CONF}"),
             core.EnvVarArgs(
                 name="RABBITMQ_ENABLED_PLUGINS_FILE", value=f"{PATHS.config}/{PLUGINS}"
             ),
-            core.EnvVarArgs(name="RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS", value=cookie_args),
-            core.EnvVarArgs(name="RABBITMQ_CTL_ERL_ARGS", value=cookie_args),
+            # The Erlang arguments of the node and the CLI tools (TLS, cookie) are there.
+            core.EnvVarArgs(name="RABBITMQ_CONF_ENV_FILE", value=f"{PATHS.config}/{ENV_FILE}"),
             core.EnvVarArgs(name="RABBITMQ_LOGS", value="-"),
             core.EnvVarArgs(name="HOME", value=DATA_DIR),
         ]
@@ -221,12 +232,21 @@ class BrokerCluster(pulumi.ComponentResource):
             affinity=w.spread(w.labels(names.stack, "broker")),
             containers=[broker],
             volumes=[
-                w.files_volume("config", config_secret, [CONF, DEFINITIONS, PLUGINS]),
+                w.files_volume(
+                    "config",
+                    config_secret,
+                    [CONF, DEFINITIONS, PLUGINS, ENV_FILE, _tls_dist_file(layout)],
+                ),
                 w.tls_volume("tls", tls_secret),
                 w.empty_dir("tmp"),
             ],
             termination_grace_period_seconds=120,  # quorum queues hand leadership over
         )
+
+
+def _tls_dist_file(layout: KubeLayout) -> str:
+    (broker,) = (b for b in layout.stack.spec.brokers if b.name == BROKER_NAME)
+    return inter_node_tls_file(broker)
 
 
 def _port(name: str) -> core.ServicePortArgs:
