@@ -20,6 +20,7 @@ from enmesh.model import Address, AddressType, Operation, Tenant
 Definitions = dict[str, Any]
 TEMPORARY_QUEUE_TTL_MS = 60_000
 HEARTBEAT_SECONDS = 5  # a silent router is dropped after about 25 s (rabbitmq_conf)
+CLUSTER_NET_TICKTIME = 15  # seconds; see _distribution
 
 
 def _queue_arguments(layout: Layout, tenant: Tenant, address: Address) -> dict[str, Any]:
@@ -223,6 +224,11 @@ def _distribution(spec: StackBroker, node: BrokerNode) -> list[str]:
         # A minority side stops serving rather than diverging; quorum queues need a majority.
         "cluster_partition_handling = pause_minority",
         "queue_leader_locator = balanced",
+        # Until a silent node is declared down, a quorum queue whose leader was there holds
+        # publishes through the others (Erlang's default is 60 s). RabbitMQ advises against
+        # less than 5-10 s, where a busy network's pauses would split the cluster. The CLI
+        # tools adopt the node's value when they connect.
+        f"net_ticktime = {CLUSTER_NET_TICKTIME}",
     ]
     if is_cluster(spec):
         peers = [

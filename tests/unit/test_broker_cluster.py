@@ -38,8 +38,20 @@ def test_each_node_gets_its_own_rabbitmq_conf_naming_every_peer(site: dict[str, 
         peers = [conf[f"cluster_formation.classic_config.nodes.{k}"] for k in (1, 2, 3)]
         assert peers == [f"rabbit@{h}" for h in NODES]
         assert conf["cluster_partition_handling"] == "pause_minority"
+        # A dead node is declared down after 15 s, not Erlang's 60 (publishes wait for it).
+        assert conf["net_ticktime"] == "15"
     assert "brokers/broker-0.rabbitmq.conf" not in site  # no node without a host
     assert "brokers/broker-0.definitions.json" in site  # one set of definitions for all
+
+
+def test_a_lone_broker_keeps_erlangs_tick_time_and_distribution_on_loopback() -> None:
+    files = compile_stack_file(ROOT / "stacks" / "local.stack.yml")[1].files
+    confs = [text for path, text in files.items() if path.endswith(".rabbitmq.conf")]
+    assert confs
+    for conf in map(_conf_lines, confs):
+        assert "net_ticktime" not in conf
+        assert conf["distribution.listener.interface"] == "127.0.0.1"
+    assert not [path for path in files if path.endswith(".inter_node_tls.config")]
 
 
 def test_every_router_connects_to_every_node_and_links_stored_addresses_through_each(
