@@ -12,12 +12,16 @@ each unsettled (receiver accepts, sender waits for outcomes) and presettled; the
 latency at half of (b)'s and (c)'s peak rate; then router memory per idle connection
 and per address, and whether 1,000 concurrent connections are held. Prints the figures
 and writes them to benchmarks/results/router_throughput.json. The router's own profile
-of run (b) is summarised at the end (ENMESH_ROUTER_PROFILE).
+of run (b) is summarised at the end (ENMESH_ROUTER_PROFILE). With `--reference-router
+PATH` (a qdrouterd binary), the same compiled configs then run under enmesh-router and
+under PATH in turn, `--runs` rounds (benchmarks/router_reference.py), and the JSON holds
+both engines' figures and their ratios under `side_by_side`.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -36,6 +40,7 @@ from proton.reactor import Container
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.router_reference import side_by_side  # noqa: E402
 from tests.support.amqp import Account  # noqa: E402
 from tests.support.connection_hold import (  # noqa: E402
     HeldConnections,
@@ -221,8 +226,11 @@ def split_flow(
     *,
     presettled: bool,
     rate: float | None = None,
+    timeout: float = 180,
 ) -> dict[str, Any]:
-    """Receiver in a forked child, sender here; throughput from first send to last receipt."""
+    """Receiver in a forked child, sender here; throughput from first send to last receipt.
+    A receiver still short after `timeout` seconds reports what it got; a sender still
+    waiting for credit raises RuntimeError."""
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the receiving process
@@ -230,7 +238,8 @@ def split_flow(
         code = 0
         try:
             role = "listen" if isinstance(receiver, str) and receiver == sender else "receive"
-            result = run_flow(Flow(receiver, address, total, role=role, presettled=presettled))
+            flow = Flow(receiver, address, total, role=role, presettled=presettled)
+            result = run_flow(flow, timeout)
         except Exception as exc:  # report it rather than leave the parent waiting
             result, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
         os.write(write_end, json.dumps(result).encode())
@@ -240,7 +249,7 @@ def split_flow(
         port = int(receiver.rsplit(":", 1)[1])
         wait_until(lambda: port_is_listening(port), 10, "the receiving process to listen")
     flow = Flow(sender, address, total, role="send", presettled=presettled, rate=rate)
-    run_flow(flow)
+    run_flow(flow, timeout)
     accepted = flow.outcomes.get(ACCEPTED, 0)
     with os.fdopen(read_end, "rb") as pipe:
         received = json.loads(pipe.read() or b"{}")
@@ -426,9 +435,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument(
+        "--reference-router",
+        type=Path,
+        help="a qdrouterd binary: the same runs through it and enmesh-router, interleaved",
+    )
+    parser.add_argument("--runs", type=int, default=5, help="side-by-side rounds per router")
+    parser.add_argument(
+        "--paced-rate", type=float, default=1000, help="msg/s of the side-by-side latency runs"
+    )
     args = parser.parse_args()
     n = args.messages
-    results: dict[str, Any] = {"messages": n, "body_bytes": len(BODY)}
+    results: dict[str, Any] = {
+        "messages": n,
+        "body_bytes": len(BODY),
+        "command": "benchmarks/router_throughput.py " + " ".join(sys.argv[1:]),
+    }
     work = Path(tempfile.mkdtemp(prefix="enmesh-bench-"))
     profile = work / "router-0.prof"
     # (a) no router: one connection, this process at both ends
@@ -438,6 +460,15 @@ def main() -> None:
     mesh, broker = start_stack(work, profile)
     try:
         measure(mesh, broker, n, args.connections, results)
+        if args.reference_router:
+            results["side_by_side"] = side_by_side(
+                mesh,
+                args.reference_router,
+                functools.partial(split_flow, presettled=False),
+                n=n,
+                runs=args.runs,
+                rate=args.paced_rate,
+            )
     finally:
         mesh.stop()
         broker.stop()
@@ -448,6 +479,9 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     print(json.dumps({k: results[k] for k in ("ratios_unsettled", "targets")}, indent=2))
+    if "side_by_side" in results:
+        shown = ("medians", "ratios_enmesh_over_reference", "targets")
+        print(json.dumps({k: results["side_by_side"][k] for k in shown}, indent=2))
     for row in results.get("router_profile_top", []):
         print("  ", row)
     print(f"written to {RESULTS}")

@@ -135,6 +135,27 @@ def _router(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
         yield (label, f"{unsettled:,}", f"{presettled:,}", latency)
 
 
+def _side_by_side(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+    """enmesh-router against the reference router of `--reference-router` (medians)."""
+    yield ("figure (median of the rounds)", "enmesh-router", "reference", "ratio")
+    runs = data.get("side_by_side")
+    if runs is None:
+        yield ("not measured: run with --reference-router PATH", "—", "—", "—")
+        return
+    ours, theirs = runs["medians"]["enmesh-router"], runs["medians"][runs["label"]]
+    ratios = runs["ratios_enmesh_over_reference"]
+    for key, label in (
+        ("one_hop_msgs_per_s", "one hop, unsettled msg/s"),
+        ("three_hops_msgs_per_s", "three hops, unsettled msg/s"),
+        ("one_hop_router_cpu_us_per_msg", "router CPU µs per message, one hop"),
+        ("three_hops_router_cpu_us_per_msg", "routers' CPU µs per message, three hops"),
+        ("paced_p50_ms", "p50 ms at the paced rate, one hop"),
+        ("paced_p99_ms", "p99 ms at the paced rate, one hop"),
+    ):
+        shown = "{:,.0f}" if key.endswith("msgs_per_s") else "{:,}"
+        yield (label, shown.format(ours[key]), shown.format(theirs[key]), f"{ratios.get(key, '—')}")
+
+
 _LARGE = _pairs(
     ("1 MB messages", "throughput_1mb.messages_per_s", "{} msg/s"),
     ("left with the producer, stalled 50 MB (MB)", "stalled_receiver.left_with_producer_mb", "{}"),
@@ -193,8 +214,23 @@ BENCHES = (
         "router_throughput.json", "Router throughput",
         f"{PY} benchmarks/router_throughput.py --messages 20000 --connections 1000",
         "100-byte messages, sender and receiver each in their own process, on the same "
-        "2 cores. Targets: (b) at least 50 % of (a) and twice (d), p99 at half load < 5 ms.",
+        "2 cores. Targets: (b) at least 50 % of (a) and twice (d), p99 at half load < 5 ms. "
+        "(b)'s router runs under cProfile (its profile is in the results file); the side "
+        "by side below runs unprofiled. Compare paths within one run: this VM's speed has "
+        "varied several-fold between days, and (a), the clients alone, is measured in the "
+        "same run.",
         _router,
+    ),
+    Bench(
+        "router_throughput.json", "Router side by side with qdrouterd",
+        f"{PY} benchmarks/router_throughput.py --reference-router PATH",
+        "The same run's compiled configs under enmesh-router and under a qdrouterd 1.19 built "
+        "here (`--reference-router`), in turns, with the same clients: 100-byte messages, "
+        "the routers' CPU from /proc, latency at a paced 1,000 msg/s. Producer and consumer "
+        "of one hop are both on the chain's last router, as is the consumer of three hops. "
+        "Where a router's msg/s comes close to (a) above, the clients are the limit, and "
+        "the CPU per message is the fairer figure.",
+        _side_by_side,
     ),
     Bench(
         "router_throughput.json", "Router memory and connections",
