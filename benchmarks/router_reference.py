@@ -17,15 +17,14 @@ wrapper script that sets it.
 from __future__ import annotations
 
 import statistics
-import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from tests.support.amqp import Account
 from tests.support.connect_load import cpu_seconds
 from tests.support.mesh import Mesh, RouterProcess, wait_until
-from tests.support.ports import port_is_listening
 
 
 class Flow(Protocol):
@@ -50,32 +49,13 @@ WARM_UP = 200  # messages across all three routers: the mesh knows the address
 FLOW_TIMEOUT = 180.0
 
 
-def _start_reference(router: RouterProcess, binary: Path) -> None:
-    """The reference router on the same compiled config, as `router.process`."""
-    with router.log.open("ab") as log:
-        router.process = subprocess.Popen(
-            [str(binary), "--config", str(router.config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    process = router.process
-
-    def listening() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(f"{binary} exited with {process.returncode}:\n{router.log_tail()}")
-        return port_is_listening(router.amqp_port)
-
-    wait_until(listening, 20, f"{binary} to listen on {router.amqp_port}")
-
-
-def _run_routers(mesh: Mesh, engine: str, binary: Path) -> None:
-    mesh.stop()
-    for router in mesh.routers:
-        if engine == ENMESH:
-            router.start()
-        else:
-            _start_reference(router, binary)
+def _engine_routers(mesh: Mesh, binary: Path | None) -> list[RouterProcess]:
+    """The mesh's routers on their compiled configs, run by `binary` (None: enmesh-router)."""
+    if binary is None:
+        return list(mesh.routers)
+    return [
+        replace(r, binary=binary, admission=None, options=(), process=None) for r in mesh.routers
+    ]
 
 
 def _costed(mesh: Mesh, flow: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -147,15 +127,19 @@ def side_by_side(
     """`runs` rounds, each engine in turn; the mesh's routers are left stopped."""
     reference = reference.absolute()
     label = reference.name if reference.name != ENMESH else f"{ENMESH} (reference)"
-    rounds: dict[str, list[dict[str, Any]]] = {ENMESH: [], label: []}
+    engines = {ENMESH: _engine_routers(mesh, None), label: _engine_routers(mesh, reference)}
+    rounds: dict[str, list[dict[str, Any]]] = {engine: [] for engine in engines}
     try:
         for index in range(runs):
-            for engine in (ENMESH, label):
-                _run_routers(mesh, engine, reference)
+            for engine, routers in engines.items():
+                mesh.stop()
+                mesh.routers = routers
+                mesh.start()
                 rounds[engine].append(_round(mesh, run, n, rate))
                 print(f"round {index + 1} {engine}:", _medians(rounds[engine][-1:]), flush=True)
     finally:
         mesh.stop()
+        mesh.routers = engines[ENMESH]
     medians = {engine: _medians(found) for engine, found in rounds.items()}
     ratios = _ratios(medians[ENMESH], medians[label])
     return {

@@ -114,6 +114,7 @@ class BrokerCluster(pulumi.ComponentResource):
             layout=layout,
             config=config,
             config_secret=config_secret.metadata.apply(lambda m: str(m.name)),
+            config_files=sorted(files),
             cookie_secret=cookie_secret.metadata.apply(lambda m: str(m.name)),
             tls_secret=tls_secret,
             account=account.metadata.apply(lambda m: str(m.name)),
@@ -181,6 +182,7 @@ class BrokerCluster(pulumi.ComponentResource):
         layout: KubeLayout,
         config: KubeStackConfig,
         config_secret: pulumi.Output[str],
+        config_files: list[str],  # every file of the config Secret, mounted by its path
         cookie_secret: pulumi.Output[str],
         tls_secret: pulumi.Input[str],
         account: pulumi.Output[str],
@@ -232,11 +234,7 @@ class BrokerCluster(pulumi.ComponentResource):
             affinity=w.spread(w.labels(names.stack, "broker")),
             containers=[broker],
             volumes=[
-                w.files_volume(
-                    "config",
-                    config_secret,
-                    [CONF, DEFINITIONS, PLUGINS, ENV_FILE, _tls_dist_file(layout)],
-                ),
+                w.files_volume("config", config_secret, config_files),
                 w.tls_volume("tls", tls_secret),
                 w.empty_dir("tmp"),
             ],

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from enmesh.k8s.schema import pod_spec
 from tests.pulumi.conftest import capture_of
 from tests.support.mesh import wait_until
 from tests.support.pki import make_pki
+from tests.support.ports import free_port
 
 COOKIE = "a-test-cookie-of-forty-eight-characters-xxxxxxxx"
 NODE_A = "enmesh_dist_a@127.0.0.1"
@@ -34,21 +34,27 @@ def _statefulset(capture: Capture, name: str) -> dict[str, Any]:
     return found
 
 
-def pod_spec_of_broker(stack: str) -> dict[str, Any]:
+def _broker_pod_spec(stack: str) -> dict[str, Any]:
     spec = pod_spec(_statefulset(capture_of(stack), f"{stack}-broker"))
     assert spec is not None
     return spec
 
 
-def _broker_files(capture: Capture, stack: str) -> tuple[dict[str, Any], dict[str, str]]:
+def _volume_secret(stack: str, volume: str) -> dict[str, Any]:
+    """The Secret behind one of the broker pod's volumes."""
+    (found,) = [v for v in _broker_pod_spec(stack)["volumes"] if v["name"] == volume]
+    name = found["secret"]["secretName"]
+    (secret,) = [o for o in capture_of(stack).kind("Secret") if o["metadata"]["name"] == name]
+    return secret
+
+
+def _broker_files(stack: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The broker's container and the files its config volume mounts, by mounted path."""
-    spec = pod_spec_of_broker(stack)
+    spec = _broker_pod_spec(stack)
     (container,) = [c for c in spec["containers"] if c["name"] == "rabbitmq"]
     mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "config")
-    volume = next(v for v in spec["volumes"] if v["name"] == "config")
-    (secret,) = [
-        o for o in capture.kind("Secret") if o["metadata"]["name"] == volume["secret"]["secretName"]
-    ]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "config"]
+    secret = _volume_secret(stack, "config")
     files = {
         f"{mount}/{item['path']}": secret["stringData"][item["key"]]
         for item in volume["secret"]["items"]
@@ -58,7 +64,7 @@ def _broker_files(capture: Capture, stack: str) -> tuple[dict[str, Any], dict[st
 
 def _tls_dist_files(stack: str) -> tuple[str, str, dict[str, Any]]:
     """The env file's text, the TLS options' text and the broker container."""
-    container, files = _broker_files(capture_of(stack), stack)
+    container, files = _broker_files(stack)
     env = {e["name"]: e.get("value") for e in container["env"]}
     env_text = files[env["RABBITMQ_CONF_ENV_FILE"]]
     optfile = re.search(r"-ssl_dist_optfile (\S+)", env_text)
@@ -68,12 +74,7 @@ def _tls_dist_files(stack: str) -> tuple[str, str, dict[str, Any]]:
 
 def test_the_nodes_and_cli_tools_read_tls_distribution_from_the_mounted_env_file() -> None:
     env_text, options, container = _tls_dist_files("aws")
-    tls_volume = next(v for v in pod_spec_of_broker("aws")["volumes"] if v["name"] == "tls")
-    (tls_secret,) = [
-        o
-        for o in capture_of("aws").kind("Secret")
-        if o["metadata"]["name"] == tls_volume["secret"]["secretName"]
-    ]
+    tls_secret = _volume_secret("aws", "tls")
     names = {e["name"] for e in container["env"]}
     # Either variable in the environment would override the file's arguments.
     assert not names & {"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS", "RABBITMQ_CTL_ERL_ARGS"}
@@ -99,12 +100,6 @@ class Dist:
     env: dict[str, str]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _sourced(env_file: Path, env: dict[str, str]) -> tuple[str, str]:
     script = f'. {env_file} && printf "%s\\n%s\\n" "$SERVER_ADDITIONAL_ERL_ARGS" "$CTL_ERL_ARGS"'
     done = subprocess.run(
@@ -128,7 +123,7 @@ def dist(tmp_path: Path) -> Iterator[Dist]:
         options_file.write_text(options.replace(f"{tls_mount}/", f"{pki.directory}/"))
     env_file = tmp_path / "rabbitmq-env.conf"
     env_file.write_text(re.sub(r"-ssl_dist_optfile \S+", f"-ssl_dist_optfile {optfile}", env_text))
-    epmd_port = str(_free_port())
+    epmd_port = str(free_port())
     env = dict(
         os.environ, ERLANG_COOKIE=COOKIE, ERL_EPMD_ADDRESS="127.0.0.1", ERL_EPMD_PORT=epmd_port
     )
@@ -140,7 +135,7 @@ def dist(tmp_path: Path) -> Iterator[Dist]:
         subprocess.run(["epmd", "-port", epmd_port, "-kill"], capture_output=True, check=False)
 
 
-def _erl(args: str, name: str, expression: str, env: dict[str, str]) -> list[str]:
+def _erl(args: str, name: str, expression: str) -> list[str]:
     return [
         "erl", "-noshell", "-name", name, *args.split(),
         "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
@@ -152,7 +147,7 @@ def _ping(args: str, env: dict[str, str]) -> str:
     """`pong` or `pang`; OTP's TLS alerts go to the same output, so the answer is marked."""
     expression = f"io:format(\"~nping=~p~n\", [net_adm:ping('{NODE_A}')]), halt()."
     done = subprocess.run(
-        _erl(args, "enmesh_dist_b@127.0.0.1", expression, env),
+        _erl(args, "enmesh_dist_b@127.0.0.1", expression),
         env=env,
         capture_output=True,
         text=True,
@@ -178,7 +173,7 @@ def test_generated_arguments_join_nodes_over_tls_and_refuse_plain_distribution(
     dist: Dist,
 ) -> None:
     node = subprocess.Popen(
-        _erl(dist.server, NODE_A, "receive stop -> ok end.", dist.env),
+        _erl(dist.server, NODE_A, "receive stop -> ok end."),
         env=dist.env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -71,6 +71,9 @@ class RouterProcess:
     admission: Path | None = None  # the compiled auth/admission.json
     wrapper: tuple[str, ...] = ()  # runs the router, e.g. `prlimit --nofile=N:N --`
     options: tuple[str, ...] = ()  # more enmesh-router options, e.g. `--watch-config 1`
+    # Another engine on the same config (`BINARY --config FILE`; a qdrouterd for side by
+    # side benchmarks: then no admission file nor options, which are enmesh-router's).
+    binary: Path = ROUTER_BIN
 
     def start(self) -> None:
         admission = ["--admission", str(self.admission)] if self.admission else []
@@ -78,7 +81,7 @@ class RouterProcess:
             self.process = subprocess.Popen(
                 [
                     *self.wrapper,
-                    str(ROUTER_BIN),
+                    str(self.binary),
                     *("--config", str(self.config), *admission, *self.options),
                 ],
                 stdout=log,
