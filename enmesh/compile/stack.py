@@ -223,6 +223,10 @@ class StackPaths(_Strict):
     config: AbsolutePath = "/etc/enmesh"  # where the rendered files are installed
     state: AbsolutePath = "/var/lib/enmesh"  # TLS material, SASL database
     secrets: AbsolutePath = "/etc/enmesh/secrets"  # <secret>/<key> files, mode 0600
+    # The runtime part of the desired state, on the machine that renders the stack
+    # (default <state>/runtime). A site is rendered on its deployer, beside other stacks
+    # that may share `state`: it names a deployer directory of its own.
+    runtime: AbsolutePath | None = None
 
 
 class StackSpec(_Strict):
@@ -288,7 +292,8 @@ def runtime_dir(stack: Stack) -> Path:
     """The runtime part of the desired state (DESIGN.md, "The control plane"): model
     documents added while the stack runs (the console), kept beside its state, so `enmesh
     apply` and the next `make up` keep them. They only add to the files in git."""
-    return Path(stack.spec.paths.state) / "runtime"
+    paths = stack.spec.paths
+    return Path(paths.runtime) if paths.runtime is not None else Path(paths.state) / "runtime"
 
 
 def runtime_models(stack: Stack) -> list[Path]:

@@ -13,11 +13,12 @@ CLI cannot delete, through `rabbitmqctl eval` of the same internal calls the HTT
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from enmesh.control.plan import BrokerPlan, Definitions, QueueName
@@ -37,15 +38,30 @@ class Rabbitmqctl:
     name: str  # the broker's name in the stack
     argv: tuple[str, ...]  # e.g. ("/usr/sbin/rabbitmqctl", "--node", "rabbit@localhost")
     env: Mapping[str, str] | None = field(default=None, repr=False)
+    # A command that runs one shell command on the broker's host, e.g. ("ssh", "root@h0"):
+    # `argv` then runs there, every word quoted for that host's shell.
+    via: tuple[str, ...] = ()
 
-    def run(self, *args: str) -> str:
+    def command(self, *args: str) -> list[str]:
+        """The command line that runs `rabbitmqctl -q ARGS` (quiet: no banners)."""
+        words = [*self.argv, "-q", *args]
+        return [*self.via, shlex.join(words)] if self.via else words
+
+    def sibling(self, tool: str) -> Rabbitmqctl:
+        """Another RabbitMQ CLI tool (`rabbitmq-plugins`) beside this one, same node."""
+        path = str(PurePosixPath(self.argv[0]).with_name(tool))
+        return Rabbitmqctl(self.name, (path, *self.argv[1:]), self.env, self.via)
+
+    def run(self, *args: str, stdin: str = "") -> str:
+        """Its output; BrokerError naming the command (never `stdin`, which may hold a
+        password) if it fails."""
         try:
             result = subprocess.run(
-                [*self.argv, "-q", *args],
+                self.command(*args),
+                input=stdin,
                 capture_output=True,
                 text=True,
                 env=dict(self.env) if self.env is not None else None,
-                stdin=subprocess.DEVNULL,
                 timeout=TIMEOUT,
                 check=False,
             )

@@ -70,13 +70,21 @@ def installed_deployment(stack_file: Path) -> dict[str, Any]:
     ApplyRefused, saying what to run, if the stack is not deployed here."""
     stack, _ = load_stack(stack_file)
     deploy_json = Path(stack.spec.paths.config) / "deploy.json"
-    try:
-        found: dict[str, Any] = json.loads(deploy_json.read_text(encoding="utf-8"))
-    except OSError:
+    found = read_deployment(deploy_json)
+    if found is None:
         raise ApplyRefused(
             f"stack {stack.name!r} is not deployed on this host ({deploy_json} is missing): "
             f"run `enmesh up --stack {stack.name}` first"
-        ) from None
+        )
+    return found
+
+
+def read_deployment(deploy_json: Path) -> dict[str, Any] | None:
+    """A deploy description; None if the file cannot be read (not deployed there)."""
+    try:
+        found: dict[str, Any] = json.loads(deploy_json.read_text(encoding="utf-8"))
+    except OSError:
+        return None
     return found
 
 

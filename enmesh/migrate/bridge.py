@@ -43,7 +43,7 @@ from enmesh.compile.bridge import (
 from enmesh.compile.stack import Stack, runtime_dir
 from enmesh.control.apply import apply_stack
 from enmesh.control.putback import put_back_on_failure
-from enmesh.control.routers import metrics_text
+from enmesh.control.routers import RouterFiles, metrics_text
 from enmesh.control.target import Target, installed_deployment
 from enmesh.deploy.secrets import replace_file
 from enmesh.migrate import bridge_tls
@@ -57,15 +57,20 @@ _REACHABLE = re.compile(r"^enmesh_router_reachable_routers(?:\{[^}]*\})? (\S+)$"
 class Bridged:
     source: str
     target: str
-    links: int  # inter-router connections from the target to the source
+    links: int  # inter-router connections between the two
     certificate: str  # "shared CA", "issued by the source's CA" or "certificate kept"
+    dialer: str = ""  # the stack whose routers connect (default: the target)
+    to_option: str = ""  # how the CLI names the target (default: --to TARGET)
 
     def text(self) -> str:
+        dialer = self.dialer or self.target
+        other = self.source if dialer == self.target else self.target
         return (
             f"{self.target} and {self.source} route as one mesh: {self.links} inter-router "
-            f"connection(s) from {self.target}'s routers to {self.source}'s ({self.certificate}); "
+            f"connection(s) from {dialer}'s routers to {other}'s ({self.certificate}); "
             f"{self.source}'s routers use {self.target}'s brokers. Move the stored messages "
-            f"next: `enmesh migrate move-stored --from {self.source} --to {self.target}`."
+            f"next: `enmesh migrate move-stored --from {self.source} "
+            f"{self.to_option or '--to ' + self.target}`."
         )
 
 
@@ -90,8 +95,8 @@ class Side:
         return installed_deployment(self.stack_file)
 
 
-def _address_types(side: Side) -> dict[tuple[str, str], str]:
-    model = load_model(side.loaded[1])
+def _address_types(model_files: list[Path]) -> dict[tuple[str, str], str]:
+    model = load_model(model_files)
     return {
         (tenant.name, a.spec.address): str(a.spec.type)
         for tenant in model.tenants
@@ -99,7 +104,8 @@ def _address_types(side: Side) -> dict[tuple[str, str], str]:
     }
 
 
-def _check_target_serves_source(source: Side, target: Side) -> None:
+def check_target_serves_source(source: list[Path], target: list[Path]) -> None:
+    """Both stacks' model files (their runtime parts included)."""
     have = _address_types(target)
     lacking = [
         f"{space}/{address} ({kind})"
@@ -113,14 +119,14 @@ def _check_target_serves_source(source: Side, target: Side) -> None:
         )
 
 
-def _client_endpoints(deployment: dict[str, Any]) -> list[ClientEndpoint]:
+def client_endpoints(deployment: dict[str, Any]) -> list[ClientEndpoint]:
     return [
         ClientEndpoint(host=r["host"], amqp=r["ports"]["amqp"], amqps=r["ports"]["amqps"])
         for r in deployment["routers"]
     ]
 
 
-def _peer_routers(deployment: dict[str, Any]) -> list[PeerRouter]:
+def inter_router_listeners(deployment: dict[str, Any]) -> list[PeerRouter]:
     return [
         PeerRouter(id=r["id"], host=r["host"], port=r["ports"]["interRouter"])
         for r in deployment["routers"]
@@ -132,35 +138,42 @@ def _bridge_files(source: Side, target: Side) -> bridge_tls.BridgeFiles | None:
     stacks share a CA (the target's routers then use their own certificates)."""
     if Path(source.deployment["ca"]).read_bytes() == Path(target.deployment["ca"]).read_bytes():
         return None
-    return bridge_tls.files_for(_tls_dir(target.stack), source.stack.name)
+    return bridge_tls.files_for(tls_dir(target.stack), source.stack.name)
 
 
-def _tls_dir(stack: Stack) -> Path:
+def tls_dir(stack: Stack) -> Path:
     return Path(stack.spec.paths.state) / "tls"
 
 
 def _bridge_tls(
     source: Side, target: Side, files: bridge_tls.BridgeFiles | None, ca_key: Path | None
 ) -> tuple[BridgeTls | None, str]:
+    key = ca_key or Path(source.stack.spec.paths.state) / "pki" / "ca.key"
+    return issued_tls(
+        files, Path(source.deployment["ca"]), key, f"bridge-{target.stack.name}", "the source's"
+    )
+
+
+def issued_tls(
+    files: bridge_tls.BridgeFiles | None, ca: Path, ca_key: Path, common_name: str, issuer: str
+) -> tuple[BridgeTls | None, str]:
+    """The connecting routers' profile (None: the stacks share a CA), and how it came."""
     if files is None:
         return None, "shared CA"
-    key = ca_key or Path(source.stack.spec.paths.state) / "pki" / "ca.key"
-    issued = bridge_tls.ensure_bridge_certificate(
-        files, Path(source.deployment["ca"]), key, f"bridge-{target.stack.name}"
-    )
+    issued = bridge_tls.ensure_bridge_certificate(files, ca, ca_key, common_name)
     tls = BridgeTls(
         caCertFile=str(files.ca), certFile=str(files.cert), privateKeyFile=str(files.key)
     )
-    return tls, "issued by the source's CA" if issued else "certificate kept"
+    return tls, f"issued by {issuer} CA" if issued else "certificate kept"
 
 
-def _write(path: Path, text: str) -> None:
+def write_bridge(path: Path, text: str) -> None:
     """In one rename: a bridge file cut short would stop every command on the stack."""
     if not (path.is_file() and path.read_text(encoding="utf-8") == text):
         replace_file(path, text.encode("utf-8"), mode=0o644)
 
 
-def _change(
+def apply_change(
     side: Side,
     paths: list[Path],
     write: Callable[[], None],
@@ -197,9 +210,8 @@ def reachable_routers(metrics_url: str) -> int | None:
     return int(float(found[1])) if found else None
 
 
-def _wait_joined(source: Side, target: Side, timeout: float) -> None:
+def wait_joined(routers: list[RouterFiles], timeout: float) -> None:
     """Until every router of both stacks reaches every other one."""
-    routers = [*source.target.routers, *target.target.routers]
     wanted = len(routers) - 1
     deadline = time.monotonic() + timeout
     while True:
@@ -227,29 +239,29 @@ def bridge(
     source_name, target_name = source.stack.name, target.stack.name
     if source_name == target_name:
         raise MigrateError(f"both stacks are named {source_name!r}: their routers' ids collide")
-    _check_target_serves_source(source, target)
+    check_target_serves_source(source.loaded[1], target.loaded[1])
     files = _bridge_files(source, target)
-    peers = _peer_routers(source.deployment)
+    peers = inter_router_listeners(source.deployment)
     joining = bridge_file(runtime_dir(target.stack), source_name)
     found: list[str] = []
 
     def join() -> None:
         tls, certificate = _bridge_tls(source, target, files, ca_key)
         found.append(certificate)
-        _write(joining, Bridge(peer=source_name, connect=peers, tls=tls).text())
+        write_bridge(joining, Bridge(peer=source_name, connect=peers, tls=tls).text())
 
-    _change(
+    apply_change(
         target,
         [joining, *(files.paths() if files else ())],
         join,
         echo,
-        then=lambda: _wait_joined(source, target, timeout),
+        then=lambda: wait_joined([*source.target.routers, *target.target.routers], timeout),
     )
     handing = bridge_file(runtime_dir(source.stack), target_name)
     handover = Bridge(
-        peer=target_name, brokers=BrokersFrom.PEER, failover=_client_endpoints(target.deployment)
+        peer=target_name, brokers=BrokersFrom.PEER, failover=client_endpoints(target.deployment)
     )
-    _change(source, [handing], lambda: _write(handing, handover.text()), echo)
+    apply_change(source, [handing], lambda: write_bridge(handing, handover.text()), echo)
     links = len(peers) * len(target.target.routers)
     return Bridged(source_name, target_name, links, found[0])
 
@@ -261,8 +273,8 @@ def unbridge_side(side: Side, peer: str, echo: Callable[[str], None] = print) ->
     path = bridge_file(runtime_dir(stack), peer)
     if not path.exists():
         return False
-    _change(side, [path], path.unlink, echo)
-    bridge_tls.remove(bridge_tls.files_for(_tls_dir(stack), peer))
+    apply_change(side, [path], path.unlink, echo)
+    bridge_tls.remove(bridge_tls.files_for(tls_dir(stack), peer))
     return True
 
 

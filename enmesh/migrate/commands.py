@@ -7,22 +7,33 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from enmesh.compile import find_stack_file
+from enmesh.compile import find_stack_file, load_stack
 from enmesh.control.commands import deployed_target, manager_options, router_signaller
 from enmesh.control.errors import ApplyRefused
 from enmesh.deploy import stackctl
 from enmesh.migrate.bridge import Side, bridge, unbridge, unbridge_side
+from enmesh.migrate.bridge_site import bridge_to_site
 from enmesh.migrate.ends import StackEnd, end_from_stack
 from enmesh.migrate.finish import finish_and_remove, remaining
 from enmesh.migrate.plan import dumps, make_plan
-from enmesh.migrate.prepare import prepare
+from enmesh.migrate.prepare import prepare, prepare_site
 from enmesh.migrate.shovel import move_stored, report
+from enmesh.migrate.site import Site, load_site, site_end
+
+
+def _site(args: argparse.Namespace) -> Site | None:
+    """The target as a site of hosts (`--to-inventory`), None for a stack on this host."""
+    if args.to_inventory is None:
+        return None
+    return load_site(args.to_inventory.resolve(), args.stacks_dir.resolve().parent / "playbooks")
 
 
 def _ends(args: argparse.Namespace) -> tuple[StackEnd, StackEnd]:
     source = end_from_stack(args.source, args.stacks_dir, args.from_rabbitmq_node)
-    target = end_from_stack(args.target, args.stacks_dir, args.to_rabbitmq_node)
-    return source, target
+    site = _site(args)
+    if site is not None:
+        return source, site_end(site)
+    return source, end_from_stack(args.target, args.stacks_dir, args.to_rabbitmq_node)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -44,12 +55,30 @@ def _side(args: argparse.Namespace, stack: str, rabbitmq_node: str) -> Side:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     source = find_stack_file(args.source, args.stacks_dir)
+    site = _site(args)
+    if site is not None:
+        print(prepare_site(source, site).text())
+        return 0
     target = _side(args, args.target, args.to_rabbitmq_node)
     print(prepare(source, target.stack_file, target.target).text())
     return 0
 
 
 def _cmd_bridge(args: argparse.Namespace) -> int:
+    site = _site(args)
+    if site is not None:  # the source's bridge file is the whole bridge
+        source_side = _side(args, args.source, args.from_rabbitmq_node)
+        if args.remove:
+            name = load_stack(site.stack_file)[0].name
+            removed = unbridge_side(source_side, name)
+            print(
+                f"{source_side.stack.name}'s routers left {name}'s mesh"
+                if removed
+                else "no bridge between them"
+            )
+            return 0
+        print(bridge_to_site(source_side, site, timeout=args.timeout).text())
+        return 0
     target = _side(args, args.target, args.to_rabbitmq_node)
     if args.remove:
         try:
@@ -94,6 +123,8 @@ def _cmd_finish(args: argparse.Namespace) -> int:
         partial(stackctl.down, project, purge=True),
     )
     print(left.text(source.name))
+    if _site(args) is not None:  # a site holds no part of the bridge
+        return 0 if left.empty else 1
     if left.empty and unbridge_side(_side(args, args.target, args.to_rabbitmq_node), source.name):
         print(f"{args.target}'s routers no longer connect to {source.name}'s")
     return 0 if left.empty else 1
@@ -176,7 +207,15 @@ def add_migrate(commands: Any, stacks_dir: Path) -> None:
     finish.set_defaults(run=_cmd_finish)
     for step in (plan, ready, join, move, finish):
         step.add_argument("--from", dest="source", required=True, metavar="STACK")
-        step.add_argument("--to", dest="target", required=True, metavar="STACK")
+        target = step.add_mutually_exclusive_group(required=True)
+        target.add_argument("--to", dest="target", metavar="STACK")
+        target.add_argument(
+            "--to-inventory",
+            type=Path,
+            metavar="FILE",
+            help="instead of --to: the target is a site of hosts deployed with this Ansible "
+            "inventory (docs/migrate.md, To a site of hosts)",
+        )
         step.add_argument("--stacks-dir", type=Path, default=stacks_dir, metavar="DIR")
         step.add_argument("--from-rabbitmq-node", default="rabbit@localhost", metavar="NODE")
         step.add_argument("--to-rabbitmq-node", default="rabbit@localhost", metavar="NODE")

@@ -35,14 +35,8 @@ class StackEnd:
     name: str
     deployment: dict[str, Any]
     brokers: tuple[Broker, ...]
-
-    @property
-    def ca(self) -> Path:
-        return Path(self.deployment["ca"])
-
-    @property
-    def config_dir(self) -> Path:
-        return Path(self.deployment["paths"]["config"])
+    ca: Path  # the stack's CA certificate, on this host
+    config_dir: Path  # the stack's rendered files (auth/users.json), on this host
 
     def users(self) -> list[str]:
         """The messaging users' SASL identities (`user@space`), from the installed users."""
@@ -55,9 +49,16 @@ class StackEnd:
 
 
 def end_from_deployment(
-    name: str, deployment: dict[str, Any], ctls: dict[str, Rabbitmqctl]
+    name: str,
+    deployment: dict[str, Any],
+    ctls: dict[str, Rabbitmqctl],
+    *,
+    ca: Path | None = None,
+    config_dir: Path | None = None,
 ) -> StackEnd:
-    """A stack end from its deploy description and a `rabbitmqctl` handle per broker."""
+    """A stack end from its deploy description and a `rabbitmqctl` handle per broker.
+    The CA and the rendered files are where the deploy description installs them on the
+    stack's hosts, unless this host keeps them elsewhere (a site's deployer)."""
     brokers = []
     for item in deployment.get("brokers", []):
         if item["name"] not in ctls:
@@ -65,7 +66,13 @@ def end_from_deployment(
         brokers.append(
             Broker(item["name"], item["host"], int(item["ports"]["amqps"]), ctls[item["name"]])
         )
-    return StackEnd(name, deployment, tuple(brokers))
+    return StackEnd(
+        name,
+        deployment,
+        tuple(brokers),
+        ca=ca or Path(deployment["ca"]),
+        config_dir=config_dir or Path(deployment["paths"]["config"]),
+    )
 
 
 def end_from_stack(stack: str, stacks_dir: Path, rabbitmq_node: str) -> StackEnd:

@@ -10,8 +10,10 @@ through `enmesh apply`, so that clients change only the URL they connect to.
 - **Passwords.** Each messaging user's password secret on the target is made the
   source's (the stack administrator's is each stack's own). The target's routers read
   them at their next login; connections already open stay.
-- **Apply.** The target is then applied live. If apply fails, the runtime part and the
-  secrets are put back as they were. A second run finds nothing to add or copy.
+- **Apply.** The target is then applied live: `enmesh apply` on this host, or a site's
+  playbook (its runtime part and secrets are the deployer's, `enmesh.migrate.site`). If
+  apply fails, the runtime part and the secrets are put back as they were. A second run
+  finds nothing to add or copy.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from enmesh.control.putback import put_back_on_failure
 from enmesh.control.target import Target
 from enmesh.deploy.secrets import replace_secret
 from enmesh.migrate.ends import MigrateError
+from enmesh.migrate.site import Site, apply_site
 from enmesh.model import load_model
 
 RUNTIME_FILE = "migrate.model.yml"
@@ -101,11 +104,37 @@ def prepare(
     *,
     echo: Callable[[str], None] = print,
 ) -> Prepared:
+    """Prepare a target on this host, applied with `enmesh apply`."""
+    return prepare_with(
+        source_stack_file,
+        target_stack_file,
+        target.secrets_dir,
+        lambda: apply_stack(target_stack_file, target, echo=echo),
+    )
+
+
+def prepare_site(
+    source_stack_file: Path, site: Site, *, echo: Callable[[str], None] = print
+) -> Prepared:
+    """Prepare a site: its runtime part and secrets on the deployer, then its playbook."""
+    return prepare_with(
+        source_stack_file, site.stack_file, site.secrets_dir, lambda: apply_site(site, echo)
+    )
+
+
+def prepare_with(
+    source_stack_file: Path,
+    target_stack_file: Path,
+    target_secrets: Path,
+    apply: Callable[[], object],
+) -> Prepared:
+    """Write what the target lacks, then `apply` it (always: a run killed after writing
+    applies on the next); a failed apply puts every file back."""
     source_stack, source_files = load_stack(source_stack_file)
     target_stack, target_files = load_stack(target_stack_file)
     missing = missing_on_target(model_documents(source_files), model_documents(target_files))
     source_secrets = Path(source_stack.spec.paths.secrets)
-    passwords = _passwords(source_files, source_secrets, target.secrets_dir)
+    passwords = _passwords(source_files, source_secrets, target_secrets)
     runtime = runtime_dir(target_stack) / RUNTIME_FILE
     runtime_before = _read(runtime)
     changed = [p for p in passwords if _read(p.target) != p.text]
@@ -115,7 +144,7 @@ def prepare(
             runtime.write_text((runtime_before or HEADER) + as_yaml(missing), encoding="utf-8")
         for password in changed:
             replace_secret(password.target, password.text.encode("utf-8"))
-        apply_stack(target_stack_file, target, echo=echo)
+        apply()
     return Prepared(
         added=[" ".join(_key(d)) for d in missing],
         passwords=sorted(p.identity for p in changed),

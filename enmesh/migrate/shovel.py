@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -27,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from enmesh.control.brokers import TIMEOUT, BrokerError, Rabbitmqctl
+from enmesh.control.brokers import Rabbitmqctl
+from enmesh.deploy.secrets import replace_file
 from enmesh.migrate.ends import Broker, MigrateError, StackEnd
 from enmesh.migrate.plan import MigrationPlan, QueueState, depths, make_plan
 
@@ -51,28 +51,6 @@ class Moved:
         return self.source_before - self.source_after
 
 
-def _run_stdin(ctl: Rabbitmqctl, stdin: str, *args: str) -> None:
-    """`rabbitmqctl ARGS` with input on stdin; a secret in the input never shows in errors."""
-    result = subprocess.run(
-        [*ctl.argv, "-q", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=dict(ctl.env) if ctl.env is not None else None,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    if result.returncode != 0:
-        output = (result.stderr + result.stdout).strip()
-        raise BrokerError(f"broker {ctl.name}: rabbitmqctl {' '.join(args)} failed: {output}")
-
-
-def _plugins(ctl: Rabbitmqctl) -> Rabbitmqctl:
-    """`rabbitmq-plugins` next to this `rabbitmqctl`, for the same node and environment."""
-    tool = str(Path(ctl.argv[0]).with_name("rabbitmq-plugins"))
-    return Rabbitmqctl(ctl.name, (tool, *ctl.argv[1:]), ctl.env)
-
-
 def _uri(broker: Broker, vhost: str, password: str, ca: Path) -> str:
     query = urlencode(
         {
@@ -92,9 +70,9 @@ def _has_user(broker: Broker) -> bool:
 
 def _ensure_user(broker: Broker, vhost: str, password: str) -> None:
     if _has_user(broker):
-        _run_stdin(broker.ctl, password + "\n", "change_password", MIGRATE_USER)
+        broker.ctl.run("change_password", MIGRATE_USER, stdin=password + "\n")
     else:
-        _run_stdin(broker.ctl, password + "\n", "add_user", MIGRATE_USER)
+        broker.ctl.run("add_user", MIGRATE_USER, stdin=password + "\n")
     broker.ctl.run("set_permissions", "-p", vhost, MIGRATE_USER, ".*", ".*", ".*")
 
 
@@ -126,7 +104,9 @@ def _clear_leftovers(broker: Broker, vhost: str) -> list[str]:
     return names
 
 
-def _start(queues: list[QueueState], source: StackEnd, target: StackEnd, password: str) -> None:
+def _start(
+    queues: list[QueueState], source: StackEnd, target: StackEnd, password: str, target_ca: Path
+) -> None:
     by_broker: dict[str, list[dict[str, object]]] = {}
     for q in queues:
         src = next(b for b in source.brokers if b.name == q.source_broker)
@@ -138,7 +118,7 @@ def _start(queues: list[QueueState], source: StackEnd, target: StackEnd, passwor
             "src-delete-after": "queue-length",
             "src-prefetch-count": PREFETCH,
             "dest-protocol": "amqp091",
-            "dest-uri": _uri(dst, q.vhost, password, target.ca),
+            "dest-uri": _uri(dst, q.vhost, password, target_ca),
             "dest-queue": q.queue,
             "ack-mode": "on-confirm",
             "dest-add-forward-headers": False,
@@ -154,7 +134,7 @@ def _start(queues: list[QueueState], source: StackEnd, target: StackEnd, passwor
         )
     for name, items in by_broker.items():
         ctl = next(b.ctl for b in source.brokers if b.name == name)
-        _run_stdin(ctl, json.dumps({"parameters": items}), "import_definitions")
+        ctl.run("import_definitions", stdin=json.dumps({"parameters": items}))
 
 
 def _wait(
@@ -221,6 +201,7 @@ def move_stored(
     pending = [q for q in plan.queues if q.source_messages]
     if pending:
         _enable_shovel(source)
+        target_ca = _target_ca_for_source(source, target)
         password = secrets.token_urlsafe(24)
         vhosts = {q.vhost for q in pending}
         for broker in (*source.brokers, *target.brokers):
@@ -232,7 +213,7 @@ def move_stored(
                     f"round {round_}: moving {sum(q.source_messages for q in pending)} "
                     f"message(s) from {len(pending)} queue(s)"
                 )
-                _start(pending, source, target, password)
+                _start(pending, source, target, password, target_ca)
                 _wait(source, pending, timeout, progress)
                 _settle(source, pending)
                 pending = [q for q in make_plan(source, target).queues if q.source_messages]
@@ -273,9 +254,24 @@ def _drop_users(source: StackEnd, target: StackEnd) -> None:
             broker.ctl.run("delete_user", MIGRATE_USER)
 
 
+def _target_ca_for_source(source: StackEnd, target: StackEnd) -> Path:
+    """The target's CA beside the source's own, which the source's broker reads: the
+    target's may be where only its deployer reads (a site's PKI directory)."""
+    copy = source.ca.parent / f"migrate-{target.name}-ca.crt"
+    try:
+        data = target.ca.read_bytes()
+    except OSError as exc:
+        raise MigrateError(
+            f"stack {target.name!r}: cannot read its CA {target.ca}: {exc.strerror}"
+        ) from None
+    if not (copy.is_file() and copy.read_bytes() == data):
+        replace_file(copy, data, mode=0o644)
+    return copy
+
+
 def _enable_shovel(source: StackEnd) -> None:
     for broker in source.brokers:
-        _plugins(broker.ctl).run("enable", "rabbitmq_shovel")
+        broker.ctl.sibling("rabbitmq-plugins").run("enable", "rabbitmq_shovel")
 
 
 def report(moved: list[Moved]) -> str:

@@ -62,6 +62,11 @@ def test_plan_reports_tenants_addresses_users_and_conflicts(tmp_path: Path) -> N
 
 
 def test_missing_users_file_is_named(tmp_path: Path) -> None:
-    deployment: dict[str, Any] = {"addresses": [], "brokers": [], "paths": {"config": "/nope"}}
+    deployment: dict[str, Any] = {
+        "addresses": [],
+        "brokers": [],
+        "ca": "/nope/ca.crt",
+        "paths": {"config": "/nope"},
+    }
     with pytest.raises(MigrateError, match=r"stack 'x': cannot read /nope/auth/users\.json"):
         end_from_deployment("x", deployment, {}).users()

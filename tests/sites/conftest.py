@@ -58,3 +58,9 @@ def spark_master(spark_hosts: dict[str, Any]) -> str:
     address: str = next(iter(group.values()))["enmesh_host_address"]
     assert address in spark_hosts
     return address
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The migration to the site runs last: its prepare runs site.yml with the source's
+    passwords, and the other checks expect the site as molecule converged it."""
+    items.sort(key=lambda item: item.path.name == "test_migrate.py")

@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+from typing import Protocol
 
 from proton import Message, Timeout
 from proton.utils import BlockingConnection, SendException
 
-from tests.router.conftest import account
-from tests.support.mesh import Mesh, wait_until
+from tests.support.amqp import Account
+from tests.support.mesh import wait_until
+
+
+class Reachable(Protocol):
+    """A stack as its clients reach it (a test Mesh, or a site's routers)."""
+
+    passwords: dict[str, str]  # SASL identity -> password
+    ca: Path
+
+    def url(self, index: int, tls: bool = False) -> str: ...
 
 
 class Client(threading.Thread):
     """One AMQP client on one stack at a time; `move_to` reconnects it to the other."""
 
-    def __init__(self, name: str, identity: str, address: str, mesh: Mesh) -> None:
+    def __init__(self, name: str, identity: str, address: str, mesh: Reachable) -> None:
         super().__init__(name=name, daemon=True)
         self.identity, self.address, self.mesh = identity, address, mesh
         self.started, self.moved, self.stop = (
@@ -29,15 +40,19 @@ class Client(threading.Thread):
             threading.Event(),
         )
         self._move_request = threading.Event()
-        self._next: Mesh | None = None
+        self._next: Reachable | None = None
         self.error: BaseException | None = None
         self.times: list[float] = []  # when each message was accepted (or received)
         self.moves: list[int] = []  # how many it had when each move began
 
     def connect(self) -> BlockingConnection:
-        return account(self.mesh, 0, self.identity).blocking(timeout=30)
+        space = self.identity.split("@", 1)[1]
+        password = self.mesh.passwords[self.identity]
+        return Account(self.mesh.url(0), self.identity, password, space, self.mesh.ca).blocking(
+            timeout=30
+        )
 
-    def move_to(self, mesh: Mesh) -> None:
+    def move_to(self, mesh: Reachable) -> None:
         self._next = mesh
         self.moved.clear()
         self._move_request.set()
@@ -66,7 +81,7 @@ class Client(threading.Thread):
 
 
 class Producer(Client):
-    def __init__(self, name: str, identity: str, address: str, mesh: Mesh) -> None:
+    def __init__(self, name: str, identity: str, address: str, mesh: Reachable) -> None:
         super().__init__(name, identity, address, mesh)
         self.sent: list[str] = []
         self.sent_again = 0  # released or modified, sent once more
@@ -95,7 +110,7 @@ class Producer(Client):
 
 
 class Consumer(Client):
-    def __init__(self, name: str, identity: str, address: str, mesh: Mesh) -> None:
+    def __init__(self, name: str, identity: str, address: str, mesh: Reachable) -> None:
         super().__init__(name, identity, address, mesh)
         self.got: list[str] = []
 
@@ -125,7 +140,7 @@ def progress(client: Producer | Consumer) -> int:
     return len(client.sent) if isinstance(client, Producer) else len(client.got)
 
 
-def move(client: Producer | Consumer, mesh: Mesh, more: int = 10) -> None:
+def move(client: Producer | Consumer, mesh: Reachable, more: int = 10) -> None:
     """Move one client, then wait until it has sent or received `more` there."""
     client.move_to(mesh)
     before = progress(client)
