@@ -29,6 +29,7 @@ from urllib.parse import quote, urlencode
 from enmesh.control.brokers import Rabbitmqctl
 from enmesh.deploy.secrets import replace_file
 from enmesh.migrate.ends import Broker, MigrateError, StackEnd
+from enmesh.migrate.expiry import first_run, read_expiries
 from enmesh.migrate.plan import MigrationPlan, QueueState, depths, make_plan
 
 MIGRATE_USER = "enmesh-migrate"
@@ -104,19 +105,60 @@ def _clear_leftovers(broker: Broker, vhost: str) -> list[str]:
     return names
 
 
-def _start(
-    queues: list[QueueState], source: StackEnd, target: StackEnd, password: str, target_ca: Path
-) -> None:
+@dataclass(frozen=True)
+class Portion:
+    """What one shovel moves from a queue: all it holds when it starts, or a run of
+    messages that expire together (enmesh.migrate.expiry) with their remaining life."""
+
+    delete_after: int | str  # a count, or "queue-length"
+    expiration: str | None  # ms, for every message of the run
+    last: bool  # nothing of the queue is left for another portion
+
+
+def _portion(q: QueueState, source: StackEnd) -> Portion:
+    ctl = next(b.ctl for b in source.brokers if b.name == q.source_broker)
+    found = read_expiries(ctl, q.vhost, q.queue)
+    if not found.quorum or all(e is None for e in found.expiry):
+        return Portion("queue-length", None, last=True)
+    if found.out_to_consumers:
+        raise MigrateError(
+            f"{q.vhost}/{q.queue}: {found.out_to_consumers} message(s) are out to a consumer "
+            "on the source, so its messages cannot move in order of expiry; detach it "
+            "(after `enmesh migrate bridge` no router of the source consumes from its brokers)"
+        )
+    run = first_run(found.expiry)
+    expiration = None if run.expires_at is None else str(found.remaining_ms(run.expires_at))
+    return Portion(run.count, expiration, last=run.count >= len(found.expiry))
+
+
+@dataclass(frozen=True)
+class _Move:
+    """One run of move-stored: both ends, the migration user's password, the target's CA
+    as the source broker reads it."""
+
+    source: StackEnd
+    target: StackEnd
+    password: str
+    target_ca: Path
+    timeout: float
+    progress: Callable[[str], None]
+
+
+def _start(move: _Move, portions: dict[str, Portion], queues: list[QueueState]) -> None:
+    source, target, password, target_ca = move.source, move.target, move.password, move.target_ca
     by_broker: dict[str, list[dict[str, object]]] = {}
     for q in queues:
         src = next(b for b in source.brokers if b.name == q.source_broker)
         dst = next(b for b in target.brokers if b.name == q.target_broker)
+        portion = portions[q.queue]
+        count = portion.delete_after
         value: dict[str, object] = {
             "src-protocol": "amqp091",
             "src-uri": _uri(src, q.vhost, password, source.ca),
             "src-queue": q.queue,
-            "src-delete-after": "queue-length",
-            "src-prefetch-count": PREFETCH,
+            "src-delete-after": count,
+            # What it fetches beyond its count goes back to the queue, counted as delivered.
+            "src-prefetch-count": min(PREFETCH, count) if isinstance(count, int) else PREFETCH,
             "dest-protocol": "amqp091",
             "dest-uri": _uri(dst, q.vhost, password, target_ca),
             "dest-queue": q.queue,
@@ -124,6 +166,8 @@ def _start(
             "dest-add-forward-headers": False,
             "reconnect-delay": 1,
         }
+        if portion.expiration is not None:
+            value["dest-publish-properties"] = {"expiration": portion.expiration}
         by_broker.setdefault(q.source_broker, []).append(
             {
                 "vhost": q.vhost,
@@ -208,23 +252,8 @@ def move_stored(
             for vhost in vhosts:
                 _ensure_user(broker, vhost, password)
         try:
-            for round_ in range(1, ROUNDS + 1):
-                progress(
-                    f"round {round_}: moving {sum(q.source_messages for q in pending)} "
-                    f"message(s) from {len(pending)} queue(s)"
-                )
-                _start(pending, source, target, password, target_ca)
-                _wait(source, pending, timeout, progress)
-                _settle(source, pending)
-                pending = [q for q in make_plan(source, target).queues if q.source_messages]
-                if not pending:
-                    break
-            else:
-                raise MigrateError(
-                    "queue(s) keep receiving messages on the source: "
-                    + ", ".join(q.queue for q in pending)
-                    + "; move their producers to the target first"
-                )
+            move = _Move(source, target, password, target_ca, timeout, progress)
+            _move_rounds(move, pending)
         finally:
             _drop_users(source, target)
     else:
@@ -235,6 +264,36 @@ def move_stored(
         moved.source_after = source_now.get((vhost, moved.queue), ("", 0))[1]
         moved.target_after = target_now.get((vhost, moved.queue), ("", 0))[1]
     return list(counts.values())
+
+
+def _move_rounds(move: _Move, pending: list[QueueState]) -> None:
+    """Shovel every pending queue, round after round, until the source holds nothing. A
+    round that moved each queue whole and still left messages means they keep arriving:
+    after ROUNDS of those the step stops (a run of expiring messages is not such a round)."""
+    source, target = move.source, move.target
+    whole_rounds = 0
+    while pending:
+        portions = {q.queue: _portion(q, source) for q in pending}
+        move.progress(
+            f"round {whole_rounds + 1}: moving {sum(q.source_messages for q in pending)} "
+            f"message(s) from {len(pending)} queue(s)"
+            + "".join(
+                f"; {q.queue}: {p.delete_after} expiring in {p.expiration} ms"
+                for q in pending
+                if (p := portions[q.queue]).expiration is not None
+            )
+        )
+        _start(move, portions, pending)
+        _wait(source, pending, move.timeout, move.progress)
+        _settle(source, [q for q in pending if portions[q.queue].last])
+        whole_rounds += all(p.last for p in portions.values())
+        pending = [q for q in make_plan(source, target).queues if q.source_messages]
+        if pending and whole_rounds >= ROUNDS:
+            raise MigrateError(
+                "queue(s) keep receiving messages on the source: "
+                + ", ".join(q.queue for q in pending)
+                + "; move their producers to the target first"
+            )
 
 
 def _settle(source: StackEnd, queues: list[QueueState], seconds: float = SETTLE) -> None:

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from proton import Timeout
 
 from enmesh.migrate.ends import MigrateError
+from enmesh.migrate.expiry import SPREAD_MS, read_expiries
 from enmesh.migrate.plan import make_plan
 from enmesh.migrate.shovel import MIGRATE_USER, PREFETCH, move_stored
 from tests.router.conftest import account
@@ -267,3 +269,28 @@ def receive_all(mesh: Mesh, address: str, at_least: int = 0) -> list[str]:
             receiver.accept()
     finally:
         connection.close()
+
+
+def test_moved_messages_expire_when_they_would_have_on_the_source(
+    meshes: tuple[Mesh, Mesh],
+) -> None:
+    """`acme/orders` keeps a message an hour. Messages stored on the source and moved at
+    least 10 s later expire on the target when they would have on the source: each one's
+    expiry as the target's queue recorded it (its absolute time, read from the queue's
+    state) is its expiry on the source, within a run's spread (1 s) earlier or the time
+    the shovel took to carry it later; a restarted TTL would be 10 s or more later."""
+    source, target = meshes
+    count, aged = 300, 10.0
+    store(source, "orders", [f"order {i}" for i in range(count)], identity="app@acme")
+    wait_until(lambda: depth(source, "acme.orders") == count, 30, "stored on the source")
+    src, dst = stack_end("source", source), stack_end("target", target)
+    before = read_expiries(src.brokers[0].ctl, VHOST, "acme.orders").expiry
+    assert len(before) == count and None not in before
+    time.sleep(aged)  # the messages age on the source: not waiting for any readiness
+    moved = move_stored(src, dst, progress=print)
+    assert {m.queue: m.moved for m in moved}["acme.orders"] == count
+    after = read_expiries(dst.brokers[0].ctl, VHOST, "acme.orders").expiry[-count:]
+    shift = [a - b for a, b in zip(after, before, strict=True) if a is not None and b is not None]
+    print(f"expiry on the target minus on the source: {min(shift)} to {max(shift)} ms")
+    assert len(shift) == count
+    assert min(shift) >= -SPREAD_MS and max(shift) < 1000 * aged / 2
