@@ -133,12 +133,14 @@ def inter_router_listeners(deployment: dict[str, Any]) -> list[PeerRouter]:
     ]
 
 
-def _bridge_files(source: Side, target: Side) -> bridge_tls.BridgeFiles | None:
-    """Where the target keeps the certificate from the source's CA; None if the two
-    stacks share a CA (the target's routers then use their own certificates)."""
-    if Path(source.deployment["ca"]).read_bytes() == Path(target.deployment["ca"]).read_bytes():
+def bridge_files(
+    dialler: Stack, dialler_ca: Path, peer: str, peer_ca: Path
+) -> bridge_tls.BridgeFiles | None:
+    """Where the dialling stack keeps the certificate from its peer's CA; None if the two
+    share a CA (its routers then use their own certificates)."""
+    if dialler_ca.read_bytes() == peer_ca.read_bytes():
         return None
-    return bridge_tls.files_for(tls_dir(target.stack), source.stack.name)
+    return bridge_tls.files_for(tls_dir(dialler), peer)
 
 
 def tls_dir(stack: Stack) -> Path:
@@ -240,7 +242,9 @@ def bridge(
     if source_name == target_name:
         raise MigrateError(f"both stacks are named {source_name!r}: their routers' ids collide")
     check_target_serves_source(source.loaded[1], target.loaded[1])
-    files = _bridge_files(source, target)
+    files = bridge_files(
+        target.stack, Path(target.deployment["ca"]), source_name, Path(source.deployment["ca"])
+    )
     peers = inter_router_listeners(source.deployment)
     joining = bridge_file(runtime_dir(target.stack), source_name)
     found: list[str] = []

@@ -23,16 +23,15 @@ from enmesh.compile import load_stack
 from enmesh.compile.bridge import Bridge, BrokersFrom, bridge_file
 from enmesh.compile.stack import runtime_dir
 from enmesh.control.target import router_files
-from enmesh.migrate import bridge_tls
 from enmesh.migrate.bridge import (
     Bridged,
     Side,
     apply_change,
+    bridge_files,
     check_target_serves_source,
     client_endpoints,
     inter_router_listeners,
     issued_tls,
-    tls_dir,
     wait_joined,
     write_bridge,
 )
@@ -57,8 +56,7 @@ def bridge_to_site(
     check_target_serves_source(source.loaded[1], site_models)
     deployment = site.deployment()
     path = bridge_file(runtime_dir(source.stack), name)
-    same_ca = Path(source.deployment["ca"]).read_bytes() == site.ca.read_bytes()
-    files = None if same_ca else bridge_tls.files_for(tls_dir(source.stack), name)
+    files = bridge_files(source.stack, Path(source.deployment["ca"]), name, site.ca)
     found: list[str] = []
 
     def join() -> None:

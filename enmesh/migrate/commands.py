@@ -123,7 +123,7 @@ def _cmd_finish(args: argparse.Namespace) -> int:
         partial(stackctl.down, project, purge=True),
     )
     print(left.text(source.name))
-    if _site(args) is not None:  # a site holds no part of the bridge
+    if args.to_inventory is not None:  # a site holds no part of the bridge
         return 0 if left.empty else 1
     if left.empty and unbridge_side(_side(args, args.target, args.to_rabbitmq_node), source.name):
         print(f"{args.target}'s routers no longer connect to {source.name}'s")

@@ -38,6 +38,9 @@ class StackEnd:
     ca: Path  # the stack's CA certificate, on this host
     config_dir: Path  # the stack's rendered files (auth/users.json), on this host
 
+    def broker(self, name: str) -> Broker:
+        return next(b for b in self.brokers if b.name == name)
+
     def users(self) -> list[str]:
         """The messaging users' SASL identities (`user@space`), from the installed users."""
         path = self.config_dir / "auth" / "users.json"

@@ -127,7 +127,7 @@ def depths(end: StackEnd) -> dict[tuple[str, str], tuple[str, int]]:
     """(vhost, queue) -> (broker name, messages) over all of a stack's brokers."""
     found: dict[tuple[str, str], tuple[str, int]] = {}
     for broker, vhosts in _vhosts(end).items():
-        ctl = next(b.ctl for b in end.brokers if b.name == broker)
+        ctl = end.broker(broker).ctl
         try:
             for key, messages in queue_depths(ctl, vhosts).items():
                 found[key] = (broker, messages)

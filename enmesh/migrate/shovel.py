@@ -116,7 +116,7 @@ class Portion:
 
 
 def _portion(q: QueueState, source: StackEnd) -> Portion:
-    ctl = next(b.ctl for b in source.brokers if b.name == q.source_broker)
+    ctl = source.broker(q.source_broker).ctl
     found = read_expiries(ctl, q.vhost, q.queue)
     if not found.quorum or all(e is None for e in found.expiry):
         return Portion("queue-length", None, last=True)
@@ -148,8 +148,8 @@ def _start(move: _Move, portions: dict[str, Portion], queues: list[QueueState]) 
     source, target, password, target_ca = move.source, move.target, move.password, move.target_ca
     by_broker: dict[str, list[dict[str, object]]] = {}
     for q in queues:
-        src = next(b for b in source.brokers if b.name == q.source_broker)
-        dst = next(b for b in target.brokers if b.name == q.target_broker)
+        src = source.broker(q.source_broker)
+        dst = target.broker(str(q.target_broker))
         portion = portions[q.queue]
         count = portion.delete_after
         value: dict[str, object] = {
@@ -177,7 +177,7 @@ def _start(move: _Move, portions: dict[str, Portion], queues: list[QueueState]) 
             }
         )
     for name, items in by_broker.items():
-        ctl = next(b.ctl for b in source.brokers if b.name == name)
+        ctl = source.broker(name).ctl
         ctl.run("import_definitions", stdin=json.dumps({"parameters": items}))
 
 

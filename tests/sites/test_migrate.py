@@ -53,8 +53,8 @@ class SiteClients:
 
     def url(self, index: int, tls: bool = False) -> str:
         router = self.deployment["routers"][index]
-        scheme, port = ("amqps", "amqps") if tls else ("amqp", "amqp")
-        return f"{scheme}://{router['host']}:{router['ports'][port]}"
+        scheme = "amqps" if tls else "amqp"
+        return f"{scheme}://{router['host']}:{router['ports'][scheme]}"
 
 
 @pytest.fixture(scope="module")
