@@ -34,7 +34,6 @@ from enmesh.mqtt import packets
 from enmesh.router import security
 from enmesh.router.engine import Loop, ProtonSocket, Timer, connect_nonblocking
 from enmesh.router.engine import event_connection as _connection
-from enmesh.router.engine import event_delivery as _delivery
 from enmesh.router.engine import event_link as _link
 
 log = logging.getLogger("enmesh.mqtt.mesh")
@@ -332,8 +331,16 @@ class MeshClient:
         """Messages from the device still waiting for the mesh's credit."""
         return sum(len(queue) for queue in self.pending.values())
 
-    def _on_delivery(self, event: Event) -> None:
-        delivery = _delivery(event)
+    def on_raw_delivery(self, source: ProtonSocket, raw: Any) -> None:
+        """A delivery event as proton's pointer (ProtonSocket): no Event and the wrappers
+        it brings (link, session, connection, transport) for each message."""
+        self._dispatching = True
+        try:
+            self._delivered(Delivery.wrap(raw))  # type: ignore[no-untyped-call]
+        finally:
+            self._dispatching = False
+
+    def _delivered(self, delivery: Delivery) -> None:
         link = delivery.link
         if link.is_receiver:
             if delivery.partial or not delivery.readable:

@@ -91,7 +91,7 @@ class StoredDrain:
         if source.link.current is not None:
             # Its transfers can come in the same read as the flow that ends the drain, and
             # proton may tell of the flow first: route them before answering anyone.
-            source.on_delivery(source.link.current)
+            source.on_delivery()
         state = self.router.addresses.get(source.key)
         if state is not None and any(s.link.draining() for s in demand.broker_sources(state)):
             return

@@ -17,13 +17,10 @@ import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from cproton_ffi import ffi as _ffi
-from cproton_ffi import lib as _lib
 from proton import (
     Collector,
     Condition,
     Connection,
-    Delivery,
     Endpoint,
     Event,
     Link,
@@ -32,6 +29,7 @@ from proton import (
     symbol,
 )
 
+from enmesh.router import rawproton
 from enmesh.router.loop import Loop, Timer, _guarded
 
 # The loop lived here, and the router's modules import it from here too.
@@ -45,7 +43,6 @@ CLOSE_GRACE_SECONDS = 5.0
 ACCEPT_PAUSE_SECONDS = 0.25  # at the descriptor limit: how long accepting stops
 ACCEPT_WARNING_INTERVAL_SECONDS = 30.0
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-_collector_peek, _NULL = _lib.pn_collector_peek, _ffi.NULL  # proton's C call, no wrapper
 
 
 class InputScreen(Protocol):
@@ -65,7 +62,11 @@ class Front(Protocol):
 
 
 class EngineHandler(Protocol):
-    """What a ProtonSocket reports to: every proton event, then its end."""
+    """What a ProtonSocket reports to: every proton event, then its end.
+
+    A handler may also have `on_raw_delivery(source, delivery)`: then delivery events come
+    to it, as proton's `pn_delivery_t` pointer (enmesh.router.rawproton), not to on_event.
+    """
 
     def on_event(self, source: ProtonSocket, event: Event) -> None: ...
     def on_closed(self, source: ProtonSocket) -> None: ...
@@ -104,6 +105,8 @@ class ProtonSocket:
         self.sock = sock
         self.transport = transport
         self.handler = handler
+        # A handler may take delivery events as proton's pointer (EngineHandler).
+        self._on_raw_delivery = getattr(handler, "on_raw_delivery", None)
         self.peer = peer
         # SASL credentials are copied from the connection when the transport binds, so a
         # client connection arrives here with its user and password already set.
@@ -128,7 +131,7 @@ class ProtonSocket:
         connection after each wake-up (Router.flush), so this skips the Event wrapper
         Collector.peek builds: with 10,000 idle connections that wrapper was most of the
         router's CPU."""
-        return bool(_collector_peek(self._collector_impl) != _NULL)
+        return bool(rawproton.collector_peek(self._collector_impl) != rawproton.NULL)
 
     # --- I/O -------------------------------------------------------------------------
 
@@ -298,25 +301,35 @@ class ProtonSocket:
         """Dispatch queued proton events, write what they produced, rearm the tick."""
         if self.closed:
             return
-        while True:
-            event = self.collector.peek()
-            if event is None:
-                break
-            self.loop.work += event.type != Event.TRANSPORT  # a heartbeat's is not work
-            try:
-                self.handler.on_event(self, event)
-            except UnicodeDecodeError:
-                # proton decodes the peer's strings lazily: invalid UTF-8 in a field we
-                # read is bad input, not a router fault. One line, no traceback.
-                self._bad_input(event, "invalid UTF-8 in a string field")
-            except Exception:
-                log.exception("handler failed on %s from %s; closing it", event.type, self.peer)
-                self.abort("amqp:internal-error", "router error")
-            self.collector.pop()
+        collector, on_raw_delivery = self._collector_impl, self._on_raw_delivery
+        while (raw := rawproton.collector_peek(collector)) != rawproton.NULL:
+            # A delivery's event goes to the handler as proton's pointer when it takes one:
+            # the per-message path then builds no Event and no wrappers (rawproton).
+            if on_raw_delivery is not None and rawproton.event_type(raw) == rawproton.PN_DELIVERY:
+                self.loop.work += 1
+                self._dispatch(on_raw_delivery, rawproton.event_delivery(raw), "PN_DELIVERY")
+            else:
+                event = Event.wrap(raw)  # type: ignore[no-untyped-call]
+                self.loop.work += event.type != Event.TRANSPORT  # a heartbeat's is not work
+                self._dispatch(self.handler.on_event, event, event.type)
+            rawproton.collector_pop(collector)
         if not self._connecting:
             self._flush()
         self._schedule_tick()
         self._update_interest()
+
+    def _dispatch(
+        self, handle: Callable[[ProtonSocket, Any], None], what: Any, kind: object
+    ) -> None:
+        try:
+            handle(self, what)
+        except UnicodeDecodeError:
+            # proton decodes the peer's strings lazily: invalid UTF-8 in a field we
+            # read is bad input, not a router fault. One line, no traceback.
+            self.bad_input(f"invalid UTF-8 in a string field ({kind})")
+        except Exception:
+            log.exception("handler failed on %s from %s; closing it", kind, self.peer)
+            self.abort("amqp:internal-error", "router error")
 
     def _schedule_tick(self) -> None:
         if self.closed:
@@ -359,9 +372,6 @@ class ProtonSocket:
             self.context["bad_input"] = True
             log.info("connection %s: %s; closing it (%s)", self.peer, description, condition)
             self.abort(condition, description)
-
-    def _bad_input(self, event: Event, description: str) -> None:
-        self.bad_input(f"{description} ({event.type})")
 
     def _fail(self, reason: str) -> None:
         if self.closed:
@@ -491,9 +501,3 @@ def event_link(event: Event) -> Link:
     link = event.link
     assert link is not None
     return link
-
-
-def event_delivery(event: Event) -> Delivery:
-    delivery = event.delivery
-    assert delivery is not None
-    return delivery

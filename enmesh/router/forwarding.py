@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from proton import Delivery, Disposition, Sender, Terminus
 
 from enmesh.router import annotations as qd_annotations
-from enmesh.router import streaming, tally
+from enmesh.router import rawproton, streaming, tally
 from enmesh.router.annotations import Annotations
 from enmesh.router.outcomes import FAILED, Fanout, Outcome
 from enmesh.router.streaming import Cursor, Stream
@@ -177,7 +177,7 @@ class OutLink:
                 held.release_stream()
                 continue  # its producer aborted it before it started here
             tag = str(next(self._tags))
-            delivery = link.delivery(tag)
+            delivery = rawproton.new_delivery(link, tag)
             link.send(qd_annotations.outgoing(held.data, held.ann, self.trace_as))
             self.delivered += 1
             sent += 1
@@ -240,12 +240,13 @@ class OutLink:
         if not self.closed:
             self.pump()
 
-    def on_disposition(self, delivery: Delivery) -> None:
-        entry = self.unsettled.get(delivery.tag)
+    def on_disposition(self, tag: str) -> None:
+        """The consumer updated the delivery tagged `tag` (proton's event for it)."""
+        entry = self.unsettled.get(tag)
         if entry is None:
             return
-        _, held = entry
-        state = delivery.remote_state
+        delivery, held = entry
+        state = rawproton.remote_state(delivery)
         if delivery.settled or state in (
             ACCEPTED,
             Disposition.REJECTED,
@@ -254,8 +255,8 @@ class OutLink:
         ):
             self._count(state)
             held.settle_origin(state, Outcome.of(delivery))
-            del self.unsettled[delivery.tag]
-            if self.current is not None and self.current[0] == delivery.tag:
+            del self.unsettled[tag]
+            if self.current is not None and self.current[0] == tag:
                 # Settled before it was all sent: the rest is not wanted.
                 self.current = None
                 held.release_stream()

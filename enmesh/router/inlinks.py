@@ -20,7 +20,7 @@ from collections.abc import Callable
 from proton import Condition, Delivery, Disposition, Receiver
 
 from enmesh.router import annotations as qd_annotations
-from enmesh.router import streaming, tally
+from enmesh.router import rawproton, streaming, tally
 from enmesh.router.annotations import AnnotationError, Annotations
 from enmesh.router.forwarding import RELEASED, Held
 from enmesh.router.outcomes import Outcome
@@ -78,7 +78,7 @@ class InLink:
         self.deferred: tuple[int, Outcome | None] | None = None
         link.enmesh_in = self
 
-    def on_delivery(self, delivery: Delivery) -> None:
+    def on_delivery(self) -> None:
         """Read what has arrived, delivery after delivery.
 
         Proton's `recv` reads the link's current delivery, which is not always the event's:
@@ -86,7 +86,7 @@ class InLink:
         raises no event of its own. So work through `link.current` until one is still
         arriving or held.
         """
-        while (current := self.link.current) is not None and self._take(current):
+        while (current := rawproton.current(self.link)) is not None and self._take(current):
             pass
 
     def _take(self, delivery: Delivery) -> bool:
@@ -243,7 +243,7 @@ class InLink:
     def unpark(self) -> None:
         """Q2 released: read what proton has buffered since."""
         if not self.closed and self.link.current is not None:
-            self.on_delivery(self.link.current)
+            self.on_delivery()
 
     def retry(self) -> None:
         """Route held messages in order, as far as destinations take them."""

@@ -21,6 +21,8 @@ from typing import Any, cast
 
 from proton import Condition, Delivery, Disposition
 
+from enmesh.router import rawproton
+
 ACCEPTED, REJECTED = Disposition.ACCEPTED, Disposition.REJECTED
 RELEASED, MODIFIED = Disposition.RELEASED, Disposition.MODIFIED
 # qdrouterd's ad hoc priority of terminal outcomes across multicast copies.
@@ -42,8 +44,10 @@ class Outcome:
     @classmethod
     def of(cls, delivery: Delivery) -> Outcome:
         """The peer's disposition of `delivery`, as it stands now."""
+        state = rawproton.remote_state(delivery)
+        if state in _PLAIN:
+            return _PLAIN[state]
         remote = delivery.remote
-        state = delivery.remote_state
         if state == MODIFIED:
             annotations = remote.annotations
             return cls(
@@ -62,6 +66,9 @@ class Outcome:
 
     def apply(self, target: Delivery) -> None:
         """Set this outcome as `target`'s local disposition (the caller settles)."""
+        if self.state in _PLAIN and self == _PLAIN[self.state]:
+            rawproton.update(target, self.state)  # no fields to write first
+            return
         local = target.local
         if self.state == REJECTED and self.condition is not None:
             local.condition = self.condition
@@ -77,6 +84,9 @@ class Outcome:
             target.update(self.state)
 
 
+# The outcomes without fields, made once: most consumers accept, and each outcome
+# would otherwise be a new object per message.
+_PLAIN = {int(state): Outcome(state) for state in (ACCEPTED, RELEASED)}
 FAILED = Outcome(MODIFIED, failed=True)  # in doubt: the copy may have been processed
 
 

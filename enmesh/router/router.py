@@ -24,9 +24,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from proton import Endpoint, Event, Link, Session
+from proton import Delivery, Endpoint, Event, Link, Session
 
-from enmesh.router import endpoints, peerinput, security, session_window, streaming, tally
+from enmesh.router import (
+    endpoints,
+    peerinput,
+    rawproton,
+    security,
+    session_window,
+    streaming,
+    tally,
+)
 from enmesh.router.admission import Admission, AdmissionSettings
 from enmesh.router.brokerlinks import BrokerLinks
 from enmesh.router.clientlinks import ClientLinks, refuse
@@ -43,7 +51,6 @@ from enmesh.router.connecting import (
 from enmesh.router.drain import StoredDrain
 from enmesh.router.engine import Acceptor, Loop, ProtonSocket
 from enmesh.router.engine import event_connection as _connection
-from enmesh.router.engine import event_delivery as _delivery
 from enmesh.router.engine import event_link as _link
 from enmesh.router.engine import event_session as _session
 from enmesh.router.forwarding import AddressState, OutLink
@@ -243,25 +250,35 @@ class Router:
                 self.stored_drain.on_source_flow(inbound)
             self.link_routes.on_flow(link)
 
-    def _on_delivery(self, conn: ProtonSocket, event: Event) -> None:
-        delivery = _delivery(event)
-        link = delivery.link
-        if link.is_receiver:
-            inbound: InLink | None = getattr(link, "enmesh_in", None)
-            if inbound is not None:
-                inbound.on_delivery(delivery)
-            elif getattr(link, "enmesh_control", False):
-                self.mesh_links.control_message(conn, link, delivery)
-            elif self.management is not None and getattr(link, "enmesh_management", False):
-                self.management.on_request(conn, link, delivery)
+    def on_raw_delivery(self, conn: ProtonSocket, delivery: Any) -> None:
+        """A delivery event, as proton's pointer (the per-message path: rawproton).
+
+        Messages in and outcomes back reach their InLink and OutLink without a wrapper;
+        the control and management links' requests get the wrapped delivery."""
+        attrs = rawproton.link_attrs(rawproton.delivery_link(delivery)) or {}
+        inbound: InLink | None = attrs.get("enmesh_in")
+        if inbound is not None:
+            inbound.on_delivery()
             return
-        out: OutLink | None = getattr(link, "enmesh_out", None)
-        if out is not None and delivery.updated:
-            out.on_disposition(delivery)
+        out: OutLink | None = attrs.get("enmesh_out")
+        if out is None:
+            self._on_request(conn, Delivery.wrap(delivery))  # type: ignore[no-untyped-call]
+        elif rawproton.delivery_updated(delivery):
+            out.on_disposition(rawproton.delivery_tag(delivery))
             self.routing.close_if_idle(out)
             self.routing.retry_held(
                 out.key
             )  # an outcome frees a balanced slot; reachability is unchanged
+
+    def _on_request(self, conn: ProtonSocket, delivery: Delivery) -> None:
+        """A message on the router's own links: mesh control, management requests."""
+        link = delivery.link
+        if not link.is_receiver:
+            return
+        if getattr(link, "enmesh_control", False):
+            self.mesh_links.control_message(conn, link, delivery)
+        elif self.management is not None and getattr(link, "enmesh_management", False):
+            self.management.on_request(conn, link, delivery)
 
     def _on_link_remote_close(self, conn: ProtonSocket, event: Event) -> None:
         link = _link(event)

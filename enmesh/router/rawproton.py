@@ -1,0 +1,109 @@
+"""proton's C calls for the per-message path, without proton-python's wrapper objects.
+
+proton-python builds a wrapper (a Python object, reference counting, a lookup of its
+attribute record) each time a C object crosses into Python: an Event, its Delivery, that
+delivery's Link, Session, Connection and Transport. A message through the router crossed
+about fourteen of them, most of its CPU (docs/performance.md). Here the router's hot path
+handles proton's C pointers (cffi `cdata`) itself and reaches its own objects through the
+attribute record proton-python keeps on each link (the dict behind `link.enmesh_in`).
+
+A pointer is only used while proton's event is being dispatched or while a wrapper holds
+the object, so nothing here outlives the C object it points to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cproton as _cproton  # type: ignore[import-untyped]
+from cproton_ffi import ffi as _ffi
+from cproton_ffi import lib as _lib
+from proton import Delivery, Disposition, Link, Sender
+
+NULL = _ffi.NULL
+PN_DELIVERY = _lib.PN_DELIVERY
+
+collector_peek = _lib.pn_collector_peek
+collector_pop = _lib.pn_collector_pop
+event_type = _lib.pn_event_type
+event_delivery = _lib.pn_event_delivery
+delivery_link = _lib.pn_delivery_link
+delivery_updated = _lib.pn_delivery_updated
+_link_attachments = _lib.pn_link_attachments
+_record_get_py = _lib.pn_record_get_py
+_delivery_tag = _lib.pn_delivery_tag
+_from_handle = _ffi.from_handle
+_unpack = _ffi.unpack
+_incref = _lib.pn_incref
+_link_current = _lib.pn_link_current
+_delivery_local = _lib.pn_delivery_local
+_delivery_remote = _lib.pn_delivery_remote
+_delivery_remote_state = _lib.pn_delivery_remote_state
+_delivery_update = _lib.pn_delivery_update
+
+
+def link_attrs(link: Any) -> dict[str, Any] | None:
+    """The attributes the router set on a link's wrapper (`enmesh_in`, `enmesh_out`, ...);
+    None for a link no wrapper has seen yet."""
+    handle = _record_get_py(_link_attachments(link))
+    if handle == NULL:
+        return None
+    attrs: dict[str, Any] = _from_handle(handle)
+    return attrs
+
+
+def delivery_tag(delivery: Any) -> str:
+    """The tag as `Delivery.tag` returns it (bytes decoded as proton-python does)."""
+    tag = _delivery_tag(delivery)
+    tag_bytes: bytes = _unpack(tag.start, tag.size)
+    return tag_bytes.decode("utf8")
+
+
+class LeanDelivery(Delivery):
+    """A `Delivery` for the router's own messages, made without proton-python's record.
+
+    proton-python keeps a wrapper's attributes in a record on the C object, so that every
+    wrapper of it sees them; making one costs a record lookup, a handle, and two
+    `Disposition` objects. The router sets no attribute on a delivery and reads its
+    dispositions rarely (outcomes with fields), so this one keeps its attributes to itself
+    and makes `local`/`remote` when first asked. It holds a reference, as any wrapper does.
+    """
+
+    def __init__(self, impl: Any) -> None:
+        _incref(impl)
+        self.__dict__["_impl"] = impl
+        self.__dict__["_attrs"] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attrs = self.__dict__["_attrs"]
+        if name not in attrs and name in _DISPOSITIONS:
+            local = name == "local"
+            impl = self.__dict__["_impl"]
+            disposition = _delivery_local(impl) if local else _delivery_remote(impl)
+            attrs[name] = Disposition(disposition, local)  # type: ignore[no-untyped-call]
+        return super().__getattr__(name)
+
+
+_DISPOSITIONS = ("local", "remote")
+
+
+def current(link: Link) -> LeanDelivery | None:
+    """The link's current delivery (`Link.current`)."""
+    impl = _link_current(link._impl)
+    return None if impl == NULL else LeanDelivery(impl)
+
+
+def new_delivery(sender: Sender, tag: str) -> LeanDelivery:
+    """A new delivery on `sender` (`Sender.delivery`)."""
+    return LeanDelivery(_cproton.pn_delivery(sender._impl, tag))
+
+
+def remote_state(delivery: Delivery) -> int:
+    """The peer's state as a plain int (`Delivery.remote_state` builds an enum member)."""
+    state: int = _delivery_remote_state(delivery._impl)
+    return state
+
+
+def update(delivery: Delivery, state: int) -> None:
+    """Set a local state that has no fields (`Delivery.update` writes the fields first)."""
+    _delivery_update(delivery._impl, state)
