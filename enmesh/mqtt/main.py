@@ -11,7 +11,7 @@ from pathlib import Path
 from enmesh.mqtt.gateway import Gateway, Listen, Settings
 from enmesh.mqtt.mesh import RouterEndpoint
 from enmesh.router.engine import Loop
-from enmesh.router.main import JsonFormatter, raise_descriptor_limit
+from enmesh.router.main import JsonFormatter, raise_descriptor_limit, run_loop
 
 KINDS = ("mqtt", "mqtts", "ws", "wss")
 
@@ -123,6 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     loop.install_signal_wakeup()
     ports = ", ".join(f"{kind} {port}" for kind, port in gateway.ports.items())
     log.info("mqtt gateway started (%s) in front of %s", ports, settings.router.url)
-    loop.run()
+    run_loop(loop, "ENMESH_MQTT_PROFILE")
     gateway.stop()
     return 0

@@ -23,7 +23,6 @@ from proton import (
     Endpoint,
     Event,
     Link,
-    Message,
     Receiver,
     Sender,
     SSLDomain,
@@ -31,7 +30,7 @@ from proton import (
 )
 
 from enmesh.mqtt import packets
-from enmesh.router import security
+from enmesh.router import rawproton, security
 from enmesh.router.engine import Loop, ProtonSocket, Timer, connect_nonblocking
 from enmesh.router.engine import event_connection as _connection
 from enmesh.router.engine import event_link as _link
@@ -84,7 +83,7 @@ class MeshOwner(Protocol):
     def on_mesh_lost(self, text: str) -> None: ...
     def on_outcome(self, token: int, reason: int, text: str) -> None: ...
     def on_subscribed(self, topic: str, reason: int, text: str) -> None: ...
-    def on_message(self, topic: str, delivery: Delivery, message: Message) -> None: ...
+    def on_message(self, topic: str, delivery: Delivery, message: bytes) -> None: ...
     def on_credit(self) -> None: ...
     def on_sender_attached(self, address: str) -> None: ...
 
@@ -171,18 +170,21 @@ class MeshClient:
 
     # --- publishing ----------------------------------------------------------------------
 
-    def publish(self, address: str, message: Message, qos: int, token: int) -> None:
+    def publish(self, address: str, message: bytes, qos: int, token: int) -> None:
+        """Send an encoded message to `address` (QoS 0 presettled); `token` names it in
+        the owner's on_outcome."""
         sender = self.senders.get(address)
         if sender is None:
             sender = self._session.sender(f"{self.name}/pub/{address}")
             sender.target.address = address
+            sender.mqtt_address = address
             sender.snd_settle_mode = Link.SND_MIXED
             sender.open()
             self.senders[address] = sender
         queue = self.pending.setdefault(address, deque())
         if qos == 0 and len(queue) >= QOS0_BACKLOG:
             queue.popleft()  # QoS 0 may be lost: keep the newest while nothing takes them
-        queue.append(_Outgoing(token, message.encode(), qos == 0))
+        queue.append(_Outgoing(token, message, qos == 0))
         self._pump(sender)
         self._process()
 
@@ -190,13 +192,13 @@ class MeshClient:
         queue = self.pending.get(sender.target.address or "")
         while queue and sender.credit > 0:
             item = queue.popleft()
-            delivery = sender.delivery(str(item.token or id(item)))
+            # The tag is the token: an outcome finds its publish by it (_updated).
+            delivery = rawproton.new_delivery(sender, str(item.token or id(item)))
             sender.send(item.body)
             sender.advance()
             if item.settled:
                 delivery.settle()
             else:
-                delivery.mqtt_token = item.token
                 self.inflight[item.token] = (sender.target.address or "", delivery)
 
     # --- subscribing ---------------------------------------------------------------------
@@ -211,6 +213,7 @@ class MeshClient:
             return
         receiver = self._session.receiver(f"{self.name}/sub/{address}")
         receiver.source.address = address
+        receiver.mqtt_address = address
         receiver.open()
         receiver.flow(CREDIT_WINDOW)
         self.receivers[address] = receiver
@@ -227,11 +230,9 @@ class MeshClient:
     def settle(self, delivery: Delivery, outcome: int = Delivery.ACCEPTED) -> None:
         """The device has the message (QoS 0: written; QoS 1: PUBACK): accept, top up.
         (`Delivery.RELEASED`: the device will not have it; the mesh offers it again.)"""
-        delivery.update(outcome)
+        rawproton.update(delivery, outcome)
         delivery.settle()
-        receiver = delivery.link
-        if not receiver.state & Endpoint.LOCAL_CLOSED:
-            receiver.flow(max(CREDIT_WINDOW - receiver.credit - receiver.unsettled, 0))
+        rawproton.top_up(delivery, CREDIT_WINDOW)
         self._process()
 
     # --- proton events (EngineHandler) ---------------------------------------------------
@@ -332,34 +333,39 @@ class MeshClient:
         return sum(len(queue) for queue in self.pending.values())
 
     def on_raw_delivery(self, source: ProtonSocket, raw: Any) -> None:
-        """A delivery event as proton's pointer (ProtonSocket): no Event and the wrappers
-        it brings (link, session, connection, transport) for each message."""
+        """A delivery event as proton's pointer (ProtonSocket): per message no Event, no
+        wrappers of the link, session, connection and transport (enmesh.router.rawproton)."""
         self._dispatching = True
         try:
-            self._delivered(Delivery.wrap(raw))  # type: ignore[no-untyped-call]
+            link = rawproton.delivery_link(raw)
+            if rawproton.link_is_receiver(link):
+                self._received(link, raw)
+            else:
+                self._updated(raw)
         finally:
             self._dispatching = False
 
-    def _delivered(self, delivery: Delivery) -> None:
-        link = delivery.link
-        if link.is_receiver:
-            if delivery.partial or not delivery.readable:
-                return  # more to come, or an update of one already read
-            body = link.recv(delivery.pending)
-            link.advance()
-            message = Message()
-            message.decode(body or b"")
-            self.owner.on_message(link.source.address or "", delivery, message)
+    def _received(self, link: Any, raw: Any) -> None:
+        """A message from a subscription, for the owner (its encoded bytes)."""
+        if rawproton.delivery_partial(raw) or not rawproton.delivery_readable(raw):
+            return  # more to come, or an update of one already read
+        body = rawproton.receive(link, rawproton.delivery_pending(raw))
+        rawproton.link_advance(link)
+        address = (rawproton.link_attrs(link) or {}).get("mqtt_address", "")
+        self.owner.on_message(address, rawproton.LeanDelivery(raw), body)
+
+    def _updated(self, raw: Any) -> None:
+        """The mesh's outcome of a publish: the owner hears it once it is terminal."""
+        state = rawproton.delivery_remote_state(raw)
+        if not rawproton.delivery_updated(raw) and not state:
             return
-        if not delivery.updated and not delivery.remote_state:
-            return
-        token = getattr(delivery, "mqtt_token", 0)
-        state = delivery.remote_state
-        terminal = (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
-        if token and state in terminal and self.inflight.pop(token, None) is not None:
-            self.owner.on_outcome(token, *_outcome(delivery))
-        if delivery.settled or state:
-            delivery.settle()
+        token = int(rawproton.delivery_tag(raw))
+        entry = self.inflight.get(token)
+        if entry is not None and entry[1]._impl == raw and state in _TERMINAL:
+            del self.inflight[token]
+            self.owner.on_outcome(token, *_outcome(entry[1]))
+        if state or rawproton.delivery_settled(raw):
+            rawproton.delivery_settle(raw)
 
     def on_closed(self, source: ProtonSocket) -> None:
         self._transport_ended()
@@ -384,6 +390,9 @@ class MeshClient:
         self._process_due = False
         if self.socket is not None:
             self.socket.process()
+
+
+_TERMINAL = (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
 
 
 def _outcome(delivery: Delivery) -> tuple[int, str]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from proton import Delivery, Message
+from proton import Delivery
 
 from enmesh.mqtt import packets
 from enmesh.mqtt.packets import Connect
@@ -148,7 +148,7 @@ def discard(session: Session) -> None:
         mesh.close()
 
 
-def hold(session: Session, topic: str, delivery: Delivery | None, message: Message) -> None:
+def hold(session: Session, topic: str, delivery: Delivery | None, message: bytes) -> None:
     """A message for a parked session. Held unsettled, so the mesh's contract holds while
     the device is away, except on a multicast address: there an unsettled copy would hold
     back every subscriber of the address (the router gives its producers credit for the

@@ -11,11 +11,10 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-from proton import Delivery, Message
+from proton import Delivery
 
-from enmesh.mqtt import packets, persistence
+from enmesh.mqtt import convert, packets, persistence
 from enmesh.mqtt.codec import Decoder, MalformedPacket, UnsupportedVersion
-from enmesh.mqtt.convert import from_amqp, to_amqp
 from enmesh.mqtt.mesh import LINGER_SECONDS, PAUSE_AT, RESUME_AT, MeshClient
 from enmesh.mqtt.packets import (
     Connect,
@@ -121,7 +120,7 @@ class Session:
         self.parked = False
         self.replaced = False  # taken over by a clean session: it ends, it is not parked
         # a list, not a deque: only appended to and read whole (an empty deque is 760 B)
-        self.offline: list[tuple[str, Delivery | None, Message]] = []
+        self.offline: list[tuple[str, Delivery | None, bytes]] = []  # encoded messages
         self.expiry: Timer | None = None
         self.linger: Timer | None = None  # a lost connection's last packets, then the end
         self.will_publisher: Any = None  # wills.py: publishing this parked session's will
@@ -335,7 +334,7 @@ class Session:
             return
         if publish.qos == 2:
             self.qos2_forwarding.add(publish.packet_id)
-        self.mesh.publish(publish.topic, to_amqp(publish), publish.qos, publish.packet_id)
+        self.mesh.publish(publish.topic, convert.encode(publish), publish.qos, publish.packet_id)
         if publish.retain:
             if publish.topic in self.mesh.attached:
                 self.gateway.retained.put(self.space, publish)
@@ -408,9 +407,9 @@ class Session:
 
     # --- messages to the device ------------------------------------------------------------
 
-    def on_message(self, topic: str, delivery: Delivery | None, message: Message) -> None:
-        """A message for the device (`delivery` None: one a parked session already took
-        from a multicast address, see persistence.hold)."""
+    def on_message(self, topic: str, delivery: Delivery | None, message: bytes) -> None:
+        """A message (its encoded bytes) for the device (`delivery` None: one a parked
+        session already took from a multicast address, see persistence.hold)."""
         assert self.mesh is not None
         if self.closed:  # discarded while its mesh connection lingers: not for anyone here
             if delivery is not None:
@@ -426,7 +425,7 @@ class Session:
             persistence.hold(self, topic, delivery, message)
             return
         packet_id = self._packet_id() if qos else 0
-        outgoing = from_amqp(topic, message, qos, packet_id, self.version)
+        outgoing = convert.decode(topic, message, qos, packet_id, self.version)
         self.transport.write(packets.publish(self.version, outgoing))
         if qos:
             self.to_device[packet_id] = (delivery, outgoing)

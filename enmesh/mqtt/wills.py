@@ -17,10 +17,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from proton import Delivery, Message
+from proton import Delivery
 
-from enmesh.mqtt import packets
-from enmesh.mqtt.convert import to_amqp
+from enmesh.mqtt import convert, packets
 from enmesh.mqtt.mesh import MeshClient
 from enmesh.mqtt.packets import Publish, Will
 from enmesh.mqtt.persistence import expiry_seconds
@@ -70,9 +69,10 @@ def _props_from_json(text: str) -> dict[str, object]:
     return props
 
 
-def will_message(will: Will) -> Message:
+def will_message(will: Will) -> bytes:
+    """The will as the encoded AMQP message the mesh gets."""
     props = {k: v for k, v in will.props.items() if k != "will_delay"}
-    return to_amqp(Publish(will.topic, will.payload, will.qos, will.retain, 0, props))
+    return convert.encode(Publish(will.topic, will.payload, will.qos, will.retain, 0, props))
 
 
 class WillService:
@@ -288,7 +288,7 @@ class _Publisher:
                 retained = Publish(will.topic, will.payload, will.qos, True, 0, will.props)
                 self.service.gateway.retained.put(stored.key[0], retained)
 
-    def on_message(self, topic: str, delivery: Delivery, message: Message) -> None:
+    def on_message(self, topic: str, delivery: Delivery, message: bytes) -> None:
         pass
 
 

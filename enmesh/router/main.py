@@ -131,14 +131,20 @@ def main(argv: list[str] | None = None) -> int:
         router.reloader.watch(args.watch_config)
     loop.install_signal_wakeup()
     log.info("router %s started", config.router.id)
-    profile_to = os.environ.get("ENMESH_ROUTER_PROFILE")
-    if profile_to:  # for benchmarks: where does the router spend its time?
+    run_loop(loop, "ENMESH_ROUTER_PROFILE")
+    return 0
+
+
+def run_loop(loop: Loop, profile_variable: str) -> None:
+    """Run the loop until stopped; under cProfile, dumped to the file the environment
+    variable names, if it names one (benchmarks: where does the process spend its time?)."""
+    profile_to = os.environ.get(profile_variable)
+    if profile_to:
         profiler = cProfile.Profile()
         profiler.runcall(loop.run)
         profiler.dump_stats(profile_to)
     else:
         loop.run()
-    return 0
 
 
 if __name__ == "__main__":

@@ -29,6 +29,18 @@ event_type = _lib.pn_event_type
 event_delivery = _lib.pn_event_delivery
 delivery_link = _lib.pn_delivery_link
 delivery_updated = _lib.pn_delivery_updated
+delivery_partial = _lib.pn_delivery_partial
+delivery_readable = _lib.pn_delivery_readable
+delivery_pending = _lib.pn_delivery_pending
+delivery_settled = _lib.pn_delivery_settled
+delivery_settle = _lib.pn_delivery_settle
+link_is_receiver = _lib.pn_link_is_receiver
+link_advance = _lib.pn_link_advance
+_link_state = _lib.pn_link_state
+_link_credit = _lib.pn_link_credit
+_link_unsettled = _lib.pn_link_unsettled
+_link_flow = _lib.pn_link_flow
+_LOCAL_CLOSED = _lib.PN_LOCAL_CLOSED
 _link_attachments = _lib.pn_link_attachments
 _record_get_py = _lib.pn_record_get_py
 _delivery_tag = _lib.pn_delivery_tag
@@ -39,6 +51,7 @@ _link_current = _lib.pn_link_current
 _delivery_local = _lib.pn_delivery_local
 _delivery_remote = _lib.pn_delivery_remote
 _delivery_remote_state = _lib.pn_delivery_remote_state
+_delivery_link = _lib.pn_delivery_link
 _delivery_update = _lib.pn_delivery_update
 
 
@@ -50,6 +63,29 @@ def link_attrs(link: Any) -> dict[str, Any] | None:
         return None
     attrs: dict[str, Any] = _from_handle(handle)
     return attrs
+
+
+def receive(link: Any, size: int) -> bytes:
+    """Up to `size` bytes of the link's current delivery (`Receiver.recv`)."""
+    _, data = _cproton.pn_link_recv(link, size)
+    return bytes(data)
+
+
+def delivery_remote_state(delivery: Any) -> int:
+    """The peer's state of a delivery pointer, as an int."""
+    state: int = _delivery_remote_state(delivery)
+    return state
+
+
+def top_up(delivery: Delivery, window: int) -> None:
+    """Give the delivery's receiving link credit back up to `window`, counting what it
+    holds unsettled (nothing if the link is closing)."""
+    link = _delivery_link(delivery._impl)
+    if _link_state(link) & _LOCAL_CLOSED:
+        return
+    more = window - _link_credit(link) - _link_unsettled(link)
+    if more > 0:
+        _link_flow(link, more)
 
 
 def delivery_tag(delivery: Any) -> str:

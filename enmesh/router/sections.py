@@ -177,8 +177,9 @@ def _to_field(data: memoryview, position: int) -> str | None:
 
 # Shared with enmesh.router.annotations, which edits the message-annotations section.
 descriptor, extent, compound = _descriptor, _extent, _compound
-HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS = (
+HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES = (
     _HEADER,
     _DELIVERY_ANNOTATIONS,
     _MESSAGE_ANNOTATIONS,
+    _PROPERTIES,
 )
