@@ -193,7 +193,7 @@ class MeshClient:
         while queue and sender.credit > 0:
             item = queue.popleft()
             # The tag is the token: an outcome finds its publish by it (_updated).
-            delivery = rawproton.new_delivery(sender, str(item.token or id(item)))
+            delivery = rawproton.new_delivery(sender, b"%d" % (item.token or id(item)))
             sender.send(item.body)
             sender.advance()
             if item.settled:

@@ -33,7 +33,7 @@ RELEASED = Disposition.RELEASED
 ACCEPTED = Disposition.ACCEPTED
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Held:
     """A message the router holds: its bytes and, if unsettled, where its outcome goes."""
 
@@ -96,7 +96,7 @@ class Held:
         else:
             inbound.update(RELEASED if source is not None else state)
         if self.origin is not None:
-            count_outcome(self.origin, inbound.local_state)
+            count_outcome(self.origin, rawproton.local_state(inbound))
         inbound.settle()
 
 
@@ -123,8 +123,8 @@ class OutLink:
         self.capacity = capacity
         self.presettle = presettle  # multicast: copies go out settled
         self.waiting: deque[Held] = deque()
-        # Keyed by tag as proton returns it (a str), not as given.
-        self.unsettled: dict[str, tuple[Delivery, Held]] = {}
+        # Keyed by tag: the bytes of a number, unique on this link.
+        self.unsettled: dict[bytes, tuple[Delivery, Held]] = {}
         self.delivered = 0
         self.last_delivery: float | None = None  # monotonic; management's lastDlvSeconds
         self.accepted = 0
@@ -143,7 +143,7 @@ class OutLink:
         self.retiring = False  # transit links no longer used, closed once settled
         # A large message being sent while it arrives (tag, delivery, message): no other
         # delivery can start on the link until it is complete (enmesh.router.streaming).
-        self.current: tuple[str, Delivery, Held] | None = None
+        self.current: tuple[bytes, Delivery, Held] | None = None
         self.q3_blocked = False
         link.enmesh_out = self
 
@@ -176,7 +176,7 @@ class OutLink:
             if held.stream is not None and held.stream.aborted:
                 held.release_stream()
                 continue  # its producer aborted it before it started here
-            tag = str(next(self._tags))
+            tag = b"%d" % next(self._tags)
             delivery = rawproton.new_delivery(link, tag)
             link.send(qd_annotations.outgoing(held.data, held.ann, self.trace_as))
             self.delivered += 1
@@ -240,7 +240,7 @@ class OutLink:
         if not self.closed:
             self.pump()
 
-    def on_disposition(self, tag: str) -> None:
+    def on_disposition(self, tag: bytes) -> None:
         """The consumer updated the delivery tagged `tag` (proton's event for it)."""
         entry = self.unsettled.get(tag)
         if entry is None:

@@ -46,11 +46,14 @@ _record_get_py = _lib.pn_record_get_py
 _delivery_tag = _lib.pn_delivery_tag
 _from_handle = _ffi.from_handle
 _unpack = _ffi.unpack
+_from_buffer = _ffi.from_buffer
+_new_delivery = _lib.pn_delivery
 _incref = _lib.pn_incref
 _link_current = _lib.pn_link_current
 _delivery_local = _lib.pn_delivery_local
 _delivery_remote = _lib.pn_delivery_remote
 _delivery_remote_state = _lib.pn_delivery_remote_state
+_delivery_local_state = _lib.pn_delivery_local_state
 _delivery_link = _lib.pn_delivery_link
 _delivery_update = _lib.pn_delivery_update
 
@@ -88,11 +91,11 @@ def top_up(delivery: Delivery, window: int) -> None:
         _link_flow(link, more)
 
 
-def delivery_tag(delivery: Any) -> str:
-    """The tag as `Delivery.tag` returns it (bytes decoded as proton-python does)."""
+def delivery_tag(delivery: Any) -> bytes:
+    """A delivery pointer's tag, as bytes (`Delivery.tag` decodes them)."""
     tag = _delivery_tag(delivery)
     tag_bytes: bytes = _unpack(tag.start, tag.size)
-    return tag_bytes.decode("utf8")
+    return tag_bytes
 
 
 class LeanDelivery(Delivery):
@@ -129,14 +132,20 @@ def current(link: Link) -> LeanDelivery | None:
     return None if impl == NULL else LeanDelivery(impl)
 
 
-def new_delivery(sender: Sender, tag: str) -> LeanDelivery:
-    """A new delivery on `sender` (`Sender.delivery`)."""
-    return LeanDelivery(_cproton.pn_delivery(sender._impl, tag))
+def new_delivery(sender: Sender, tag: bytes) -> LeanDelivery:
+    """A new delivery on `sender` (`Sender.delivery`, which takes the tag as a str)."""
+    return LeanDelivery(_new_delivery(sender._impl, (len(tag), _from_buffer(tag))))
 
 
 def remote_state(delivery: Delivery) -> int:
     """The peer's state as a plain int (`Delivery.remote_state` builds an enum member)."""
     state: int = _delivery_remote_state(delivery._impl)
+    return state
+
+
+def local_state(delivery: Delivery) -> int:
+    """The state this side gave, as a plain int (`Delivery.local_state` builds an enum)."""
+    state: int = _delivery_local_state(delivery._impl)
     return state
 
 

@@ -113,6 +113,8 @@ class Relay:
 
     def retry(self) -> None:
         """Consumers, credit or the mesh changed: move what anonymous links hold."""
+        if not self.links:
+            return  # the common case, once per outcome: no anonymous sender here
         self.links = [link for link in self.links if not link.drained]
         for inbound in self.links:
             if inbound.held:

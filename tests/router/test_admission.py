@@ -130,7 +130,9 @@ def test_at_the_descriptor_limit_the_router_waits_instead_of_spinning(make_route
     finally:
         probes.close_all(silent)
     assert busy < 0.3, f"router used {busy:.0%} of a core at the descriptor limit"
-    assert _log(router).count("Too many open files") <= 2
+    # The accept warning, not the connector's: a connector redialling its broker meanwhile
+    # also meets the limit, and says so once per backoff step.
+    assert _log(router).count("pausing accepts") <= 2
     # Descriptors free again: the router accepts and serves.
     assert (
         probes.login_from("127.0.0.2", router.amqp_port, USER, mesh.passwords[USER], vhost=VHOST)

@@ -67,7 +67,7 @@ class Pair:
         self.pump()
 
     def send(self, tag: str, body: bytes) -> rawproton.LeanDelivery:
-        delivery = rawproton.new_delivery(self.sender, tag)
+        delivery = rawproton.new_delivery(self.sender, tag.encode())
         self.sender.send(body)
         self.sender.advance()
         self.pump()
@@ -88,7 +88,7 @@ def test_current_and_new_delivery_wrap_the_same_objects_as_proton(pair: Pair) ->
     assert arrived is not None
     assert arrived == pair.receiver.current  # the same pn_delivery_t
     assert arrived.tag == "tag-1"
-    assert rawproton.delivery_tag(arrived._impl) == "tag-1"
+    assert rawproton.delivery_tag(arrived._impl) == b"tag-1"
     assert pair.receiver.recv(arrived.pending) == b"payload"
     pair.receiver.advance()
     assert rawproton.current(pair.receiver) is None
