@@ -350,6 +350,20 @@ BENCHES = (
         ),
     ),
     Bench(
+        "mqtt_gateway-soak300.json", "MQTT gateway soak",
+        f"{PY} benchmarks/mqtt_gateway.py --mosquitto PATH --runs 1 --idle 10 --soak 300"
+        " --label soak300",
+        "The same script with one run of each figure, 10 idle devices and 300 s of QoS 1 "
+        "flows of 5,000 messages, each with a new publisher and subscriber: the gateway's "
+        "RSS after every flow (the 60 s soak above starts right after 10,000 idle devices "
+        "closed).",
+        _pairs(
+            ("QoS 1 msg/s, gateway", "qos1_msgs_per_s.gateway", "{}"),
+            ("QoS 1 p99 ms at half load, gateway", f"{_MQTT_LAT}.gateway.p99_ms", "{}"),
+            ("soak RSS growth after the first flow, KB", "soak_rss_growth_after_warmup_kb", "{}"),
+        ),
+    ),
+    Bench(
         "mqtt_half_open.json", "MQTT gateway, half-open sockets",
         f"{PY} benchmarks/mqtt_half_open.py",
         "Rounds of 10,000 sockets that connect and send nothing: the gateway closes each "
