@@ -3,9 +3,10 @@
 proton-python builds a wrapper (a Python object, reference counting, a lookup of its
 attribute record) each time a C object crosses into Python: an Event, its Delivery, that
 delivery's Link, Session, Connection and Transport. A message through the router crossed
-about fourteen of them, most of its CPU (docs/performance.md). Here the router's hot path
-handles proton's C pointers (cffi `cdata`) itself and reaches its own objects through the
-attribute record proton-python keeps on each link (the dict behind `link.enmesh_in`).
+about fourteen of them, most of its CPU (docs/router.md, "CPU per message"). Here the
+router's hot path handles proton's C pointers (cffi `cdata`) itself and reaches its own
+objects through the attribute record proton-python keeps on each link (the dict behind
+`link.enmesh_in`).
 
 A pointer is only used while proton's event is being dispatched or while a wrapper holds
 the object, so nothing here outlives the C object it points to.
@@ -54,7 +55,6 @@ _delivery_local = _lib.pn_delivery_local
 _delivery_remote = _lib.pn_delivery_remote
 _delivery_remote_state = _lib.pn_delivery_remote_state
 _delivery_local_state = _lib.pn_delivery_local_state
-_delivery_link = _lib.pn_delivery_link
 _delivery_update = _lib.pn_delivery_update
 
 
@@ -83,7 +83,7 @@ def delivery_remote_state(delivery: Any) -> int:
 def top_up(delivery: Delivery, window: int) -> None:
     """Give the delivery's receiving link credit back up to `window`, counting what it
     holds unsettled (nothing if the link is closing)."""
-    link = _delivery_link(delivery._impl)
+    link = delivery_link(delivery._impl)
     if _link_state(link) & _LOCAL_CLOSED:
         return
     more = window - _link_credit(link) - _link_unsettled(link)
