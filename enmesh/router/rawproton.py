@@ -69,9 +69,10 @@ def link_attrs(link: Any) -> dict[str, Any] | None:
 
 
 def receive(link: Any, size: int) -> bytes:
-    """Up to `size` bytes of the link's current delivery (`Receiver.recv`)."""
-    _, data = _cproton.pn_link_recv(link, size)
-    return bytes(data)
+    """Up to `size` bytes of the link's current delivery (`Receiver.recv`; its end or an
+    error: no bytes, where cproton would hand back its whole unfilled buffer)."""
+    read, data = _cproton.pn_link_recv(link, size)
+    return bytes(data) if read > 0 else b""
 
 
 def delivery_remote_state(delivery: Any) -> int:
@@ -139,8 +140,7 @@ def new_delivery(sender: Sender, tag: bytes) -> LeanDelivery:
 
 def remote_state(delivery: Delivery) -> int:
     """The peer's state as a plain int (`Delivery.remote_state` builds an enum member)."""
-    state: int = _delivery_remote_state(delivery._impl)
-    return state
+    return delivery_remote_state(delivery._impl)
 
 
 def local_state(delivery: Delivery) -> int:

@@ -262,7 +262,8 @@ class Router:
             return
         out: OutLink | None = attrs.get("enmesh_out")
         if out is None:
-            self._on_request(conn, Delivery.wrap(delivery))  # type: ignore[no-untyped-call]
+            if rawproton.link_is_receiver(rawproton.delivery_link(delivery)):
+                self._on_request(conn, Delivery.wrap(delivery))  # type: ignore[no-untyped-call]
         elif rawproton.delivery_updated(delivery):
             out.on_disposition(rawproton.delivery_tag(delivery))
             self.routing.close_if_idle(out)
@@ -273,8 +274,6 @@ class Router:
     def _on_request(self, conn: ProtonSocket, delivery: Delivery) -> None:
         """A message on the router's own links: mesh control, management requests."""
         link = delivery.link
-        if not link.is_receiver:
-            return
         if getattr(link, "enmesh_control", False):
             self.mesh_links.control_message(conn, link, delivery)
         elif self.management is not None and getattr(link, "enmesh_management", False):
