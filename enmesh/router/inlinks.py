@@ -63,6 +63,7 @@ class InLink:
         self.demand: Callable[[], int] | None = None
         self.unwanted: Callable[[], None] | None = None
         self.give_back_due = False
+        self.release_due = False  # a transit link's path went: held ones go back unless it returns
         # RabbitMQ 3.10 ends the session on a `modified` outcome; brokers get `released`.
         self.modified_as_released = False
         # Router annotations coming in: True: ignored (stripAnnotations in/both); False:

@@ -325,8 +325,24 @@ class Routing:
         routable = self.routable(inbound)
         inbound.set_routable(routable)
         if not routable and inbound.destination_router is not None and inbound.held:
-            # Held for a destination that is gone: the upstream router can re-route them.
-            inbound.release_held()
+            self._release_if_still_unroutable_later(inbound)
+
+    def _release_if_still_unroutable_later(self, inbound: InLink) -> None:
+        """Held for a destination that is gone: the upstream router can re-route them, if
+        the path stays gone for helloMaxAgeSeconds. A router that paused reads, on waking,
+        its neighbours' advertisements from while it was silent (they had lost it): the
+        path flaps back within a hello or two, and the messages it held go on their way."""
+        if inbound.release_due:
+            return
+        inbound.release_due = True
+
+        def release_if_still_unroutable() -> None:
+            inbound.release_due = False
+            if not inbound.closed and inbound.held and not self.routable(inbound):
+                inbound.release_held()
+
+        grace = float(self.router.config.router.hello_max_age_seconds)
+        self.router.loop.call_later(grace, release_if_still_unroutable)
 
     def _retire(self, out: OutLink) -> None:
         unsent = list(out.waiting)
