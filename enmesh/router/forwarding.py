@@ -97,7 +97,7 @@ class Held:
             inbound.update(RELEASED if source is not None else state)
         if self.origin is not None:
             count_outcome(self.origin, rawproton.local_state(inbound))
-        inbound.settle()
+        rawproton.delivery_settle(inbound._impl)
 
 
 def count_outcome(counted: OutLink | InLink, state: int) -> None:
@@ -154,7 +154,7 @@ class OutLink:
     @property
     def free(self) -> int:
         """How many more messages this link can take now without queueing beyond credit."""
-        return self.link.credit - len(self.waiting)
+        return rawproton.link_credit(self.link._impl) - len(self.waiting)  # type: ignore[no-any-return]
 
     def offer(self, held: Held) -> None:
         """Queue a message and send what credit allows."""
@@ -163,11 +163,11 @@ class OutLink:
 
     def pump(self) -> int:
         sent = 0
-        link = self.link
+        link = self.link._impl
         while not self.closed:
             if self.current is not None and not self._feed():
                 break  # a large message is still on its way through this link
-            if not (self.waiting and link.credit > 0):
+            if not (self.waiting and rawproton.link_credit(link) > 0):
                 break
             held = self.waiting.popleft()
             if held.delivery is not None and held.origin is not None and held.origin.closed:
@@ -177,8 +177,8 @@ class OutLink:
                 held.release_stream()
                 continue  # its producer aborted it before it started here
             tag = b"%d" % next(self._tags)
-            delivery = rawproton.new_delivery(link, tag)
-            link.send(qd_annotations.outgoing(held.data, held.ann, self.trace_as))
+            delivery = rawproton.new_delivery(self.link, tag)
+            rawproton.send(link, qd_annotations.outgoing(held.data, held.ann, self.trace_as))
             self.delivered += 1
             sent += 1
             if not (self.presettle or held.presettled):
@@ -196,7 +196,7 @@ class OutLink:
 
     def _sent(self, delivery: Delivery, held: Held) -> None:
         """The whole message is with proton: end the delivery (settle it if presettled)."""
-        self.link.advance()
+        rawproton.link_advance(self.link._impl)
         if self.presettle or held.presettled:
             self.presettled += 1
             delivery.settle()
@@ -247,14 +247,14 @@ class OutLink:
             return
         delivery, held = entry
         state = rawproton.remote_state(delivery)
-        if delivery.settled or state in (
+        if rawproton.delivery_settled(delivery._impl) or state in (
             ACCEPTED,
             Disposition.REJECTED,
             RELEASED,
             Disposition.MODIFIED,
         ):
-            self._count(state)
-            held.settle_origin(state, Outcome.of(delivery))
+            count_outcome(self, state)
+            held.settle_origin(state, Outcome.of(delivery, state))
             del self.unsettled[tag]
             if self.current is not None and self.current[0] == tag:
                 # Settled before it was all sent: the rest is not wanted.
@@ -264,9 +264,6 @@ class OutLink:
                 self.pump()
             else:
                 delivery.settle()
-
-    def _count(self, state: int) -> None:
-        count_outcome(self, state)
 
     def lost(self) -> list[Held]:
         """The link is gone: what was in flight may or may not have been processed, so its

@@ -101,10 +101,11 @@ class InLink:
                 delivery.update(RELEASED)
             delivery.settle()
             return True
-        if delivery.aborted:
+        impl = delivery._impl
+        if rawproton.delivery_aborted(impl):
             self._aborted(delivery)
             return True
-        if not delivery.readable:
+        if not rawproton.delivery_readable(impl):
             return False
         if self.stream is not None and self.stream.held_off:
             return False  # Q2: proton keeps the bytes, and its session window closes behind them
@@ -113,8 +114,9 @@ class InLink:
             # window) until the copies have taken what the router holds.
             room = streaming.Q2_UPPER - self.stream.buffered if self.stream else delivery.pending
             return self._more(delivery, self.link.recv(max(room, 1)) or b"")
-        chunk = self.link.recv(delivery.pending) or b""
-        if delivery.partial:
+        link = self.link._impl
+        chunk = rawproton.receive(link, rawproton.delivery_pending(impl))
+        if rawproton.delivery_partial(impl):
             if self.partial is None:
                 self.partial = bytearray()
             self.partial += chunk  # in place: a long message must not copy itself per frame
@@ -122,8 +124,8 @@ class InLink:
                 self._start_stream(delivery)
             return False
         buffered, self.partial = self.partial, None
-        data = bytes(buffered + chunk) if buffered is not None else bytes(chunk)
-        self.link.advance()
+        data = bytes(buffered + chunk) if buffered is not None else chunk
+        rawproton.link_advance(link)
         presettled = self._count(delivery)
         if presettled:
             # The sender has forgotten it, so must we: without a local settle proton
@@ -142,9 +144,10 @@ class InLink:
         self.received += 1
         self.last_delivery = time.monotonic()
         self.tally[self.slot] += 1
-        if delivery.settled:
+        if rawproton.delivery_settled(delivery._impl):
             self.presettled += 1
-        return delivery.settled
+            return True
+        return False
 
     def _annotations(self, data: bytes) -> Annotations | Exception | None:
         """Where the annotations are (None: not looked at), or why the message is refused."""
@@ -291,10 +294,11 @@ class InLink:
         On the wire, link-credit is `credit - queued` as an unsigned number: never ask for
         less than what is already queued (a partial delivery), or it wraps to 2**32.
         """
-        link = self.link
-        target = max(want, 0) + link.queued
-        if target > link.credit or (may_reduce and target < link.credit):
-            link.flow(target - link.credit)
+        link = self.link._impl
+        target = max(want, 0) + rawproton.link_queued(link)
+        credit = rawproton.link_credit(link)
+        if target > credit or (may_reduce and target < credit):
+            rawproton.link_flow(link, target - credit)
 
     def release_held(self) -> None:
         """Give back what we hold so the sender can re-route it (unsettled: released)."""

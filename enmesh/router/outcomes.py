@@ -42,9 +42,11 @@ class Outcome:
     section_offset: int = 0
 
     @classmethod
-    def of(cls, delivery: Delivery) -> Outcome:
-        """The peer's disposition of `delivery`, as it stands now."""
-        state = rawproton.remote_state(delivery)
+    def of(cls, delivery: Delivery, state: int | None = None) -> Outcome:
+        """The peer's disposition of `delivery`, as it stands now (`state`: its remote
+        state, when the caller has read it)."""
+        if state is None:
+            state = rawproton.remote_state(delivery)
         if state in _PLAIN:
             return _PLAIN[state]
         remote = delivery.remote

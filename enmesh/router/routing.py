@@ -196,9 +196,11 @@ class Routing:
                 ),
                 None,
             )
-        else:
+        elif remote_routers:
             remote = [self.transit_link(key, r) for _, r in remote_routers]
             chosen = choose_balanced(local + [link for link in remote if link is not None])
+        else:
+            chosen = choose_balanced(local)
         if chosen is None:
             return False
         chosen.offer(held)

@@ -10,7 +10,16 @@ import gc
 from collections.abc import Iterator
 
 import pytest
-from proton import Collector, Connection, Delivery, Disposition, Receiver, Sender, Transport
+from proton import (
+    Collector,
+    Connection,
+    Delivery,
+    Disposition,
+    LinkException,
+    Receiver,
+    Sender,
+    Transport,
+)
 
 from enmesh.router import rawproton
 
@@ -155,3 +164,25 @@ def test_attributes_stay_on_the_lean_wrapper_and_it_keeps_the_delivery_alive(
     gc.collect()
     assert sent.tag == "kept"
     assert rawproton.remote_state(sent) == Disposition.ACCEPTED
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_send_and_receive_carry_the_bytes_as_proton_does(pair: Pair, kind: type) -> None:
+    """The router sends bytes, a bytearray (a reassembled message) or a memoryview."""
+    body = bytes(range(256)) * 3
+    delivery = rawproton.new_delivery(pair.sender, b"raw")
+    rawproton.send(pair.sender._impl, kind(body))
+    rawproton.link_advance(pair.sender._impl)
+    pair.pump()
+    arrived = rawproton.current(pair.receiver)
+    assert arrived is not None and not arrived.partial
+    link = pair.receiver._impl
+    assert rawproton.receive(link, 100) == body[:100]
+    assert rawproton.receive(link, 10_000) == body[100:]
+    assert rawproton.receive(link, 100) == b""  # its end: no bytes, not proton's buffer
+    assert delivery.tag == "raw"
+
+
+def test_send_without_a_current_delivery_is_refused(pair: Pair) -> None:
+    with pytest.raises(LinkException):
+        rawproton.send(pair.sender._impl, b"no delivery")
