@@ -1,11 +1,13 @@
 """Router benchmark: throughput, latency, memory and connection scale, in one run.
 
     .venv/bin/python benchmarks/router_throughput.py [--messages N] [--connections N]
+        [--pairs N] [--reference-router PATH [--runs N] [--paced-rate R]]
 
 Paths measured with the same lean proton clients, the sender and the receiver each in
 a process of its own (the routers and RabbitMQ are processes too; all share 2 cores),
 100-byte bodies:
-  (a) proton sender -> proton receiver, no router (the ceiling)
+  (a) proton sender -> proton receiver, no router; and `--pairs` such pairs at once, the
+      clients' ceiling (one pair is bound by its own two processes)
   (b) through 1 router            (c) across 3 routers (chain, 2 inter-router hops)
   (d) through RabbitMQ's AMQP 1.0 queue (TLS: the broker listens only on TLS)
 each unsettled (receiver accepts, sender waits for outcomes) and presettled; then p50/p99
@@ -268,6 +270,45 @@ def split_flow(
     }
 
 
+def parallel_direct(total: int, pairs: int) -> dict[str, Any]:
+    """The clients' ceiling: `pairs` sender/receiver pairs at once, no router, each pair
+    on a listener of its own, `total` messages each. One pair is bound by its own two
+    processes; several show what the clients could offer a router."""
+    children = []
+    for _ in range(pairs):
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - one pair, reporting to the parent
+            os.close(read_end)
+            url = direct_url()
+            try:
+                pair = split_flow(url, url, "q", total, presettled=False)
+            except Exception as exc:  # report it rather than leave the parent waiting
+                pair = {"error": f"{type(exc).__name__}: {exc}"}
+            os.write(write_end, json.dumps(pair).encode())
+            os._exit(0)
+        os.close(write_end)
+        children.append((child, read_end))
+    found: list[dict[str, Any]] = []
+    for child, read_end in children:
+        with os.fdopen(read_end, "rb") as pipe:
+            found.append(json.loads(pipe.read() or b"{}"))
+        os.waitpid(child, 0)
+    errors = [f["error"] for f in found if "error" in f]
+    if errors:
+        raise RuntimeError(f"a client pair failed: {errors[0]}")
+    messages = sum(f["messages"] for f in found)
+    # The pairs start together; the slowest one's time bounds them all.
+    seconds = max(f["seconds"] for f in found)
+    return {
+        "pairs": pairs,
+        "messages": messages,
+        "seconds": seconds,
+        "msgs_per_s": round(messages / seconds) if seconds > 0 else 0,
+        "per_pair_msgs_per_s": [f["msgs_per_s"] for f in found],
+    }
+
+
 def hold_connections(mesh: Mesh, count: int) -> dict[str, Any]:
     raise_open_files_limit()
     router = mesh.routers[0]
@@ -417,12 +458,19 @@ def summarise(results: dict[str, Any]) -> None:
         results[k]["unsettled"]["msgs_per_s"]
         for k in ("a_no_router", "b_one_router", "c_three_routers", "d_rabbitmq_queue")
     )
+    # The clients' ceiling against the router's unprofiled one-hop rate (the side by
+    # side's median when it ran; (b) runs under the profiler).
+    ceiling = results["a_no_router"]["parallel"]["msgs_per_s"]
+    side = results.get("side_by_side")
+    router_rate = side["medians"]["enmesh-router"]["one_hop_msgs_per_s"] if side else b
     results["ratios_unsettled"] = {
+        "clients_ceiling_over_router": round(ceiling / router_rate, 2),
         "b_over_a": round(b / a, 2),
         "b_over_d": round(b / d, 2),
         "c_over_a": round(c / a, 2),
     }
     results["targets"] = {
+        "clients_ceiling_ge_2x_router": ceiling >= 2 * router_rate,
         "b_ge_50pct_of_a": b >= 0.5 * a,
         "b_ge_2x_d": b >= 2 * d,
         "c_ge_30pct_of_a": c >= 0.3 * a,
@@ -442,6 +490,9 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=5, help="side-by-side rounds per router")
     parser.add_argument(
+        "--pairs", type=int, default=2, help="client pairs at once for the clients' ceiling"
+    )
+    parser.add_argument(
         "--paced-rate", type=float, default=1000, help="msg/s of the side-by-side latency runs"
     )
     args = parser.parse_args()
@@ -456,6 +507,7 @@ def main() -> None:
     # (a) no router: one connection, this process at both ends
     url = direct_url()
     results["a_no_router"] = both_modes(url, url, "q", n)
+    results["a_no_router"]["parallel"] = parallel_direct(n, args.pairs)
     print("(a)", results["a_no_router"])
     mesh, broker = start_stack(work, profile)
     try:

@@ -133,6 +133,9 @@ def _router(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
         latency = f"{half['p50_ms']:.1f} / {half['p99_ms']:.1f} ms" if half else "—"
         unsettled, presettled = path["unsettled"]["msgs_per_s"], path["presettled"]["msgs_per_s"]
         yield (label, f"{unsettled:,}", f"{presettled:,}", latency)
+        if "parallel" in path:  # the clients' ceiling: several pairs at once
+            pairs = path["parallel"]
+            yield (f"(a) {pairs['pairs']} such pairs at once", f"{pairs['msgs_per_s']:,}", "—", "—")
 
 
 def _side_by_side(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
