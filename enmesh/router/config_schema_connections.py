@@ -70,7 +70,9 @@ ROUTER = EntityType(
             "a neighbour router silent this long is lost and routes go around it; its "
             "connection stays open until the listener's or connector's idle timeout, so a "
             "neighbour that only paused fails no message in flight (inter-router connections "
-            "advertise this as their idle timeout: each side sends a frame every half of it)",
+            "advertise this as their idle timeout: each side sends a frame every half of it); "
+            "also how long a router keeps what it holds for a destination it hears is lost "
+            "before giving it back upstream (a path that only flapped fails nothing)",
             default="3",
             convert=v.integer(1),
             aliases=("helloMaxAge",),

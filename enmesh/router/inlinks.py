@@ -109,13 +109,13 @@ class InLink:
             return False
         if self.stream is not None and self.stream.held_off:
             return False  # Q2: proton keeps the bytes, and its session window closes behind them
+        link, pending = self.link._impl, rawproton.delivery_pending(impl)
         if self.arriving is not None:
             # No more than Q2 allows: the rest stays with proton (bounded by the session
             # window) until the copies have taken what the router holds.
-            room = streaming.Q2_UPPER - self.stream.buffered if self.stream else delivery.pending
-            return self._more(delivery, self.link.recv(max(room, 1)) or b"")
-        link = self.link._impl
-        chunk = rawproton.receive(link, rawproton.delivery_pending(impl))
+            room = streaming.Q2_UPPER - self.stream.buffered if self.stream else pending
+            return self._more(delivery, rawproton.receive(link, max(room, 1)))
+        chunk = rawproton.receive(link, pending)
         if rawproton.delivery_partial(impl):
             if self.partial is None:
                 self.partial = bytearray()

@@ -43,7 +43,6 @@ _link_recv = _lib.pn_link_recv
 _link_send = _lib.pn_link_send
 _new_buffer = _ffi.new
 _link_state = _lib.pn_link_state
-_link_credit = _lib.pn_link_credit
 _link_unsettled = _lib.pn_link_unsettled
 link_flow = _lib.pn_link_flow
 _LOCAL_CLOSED = _lib.PN_LOCAL_CLOSED
@@ -100,7 +99,7 @@ def top_up(delivery: Delivery, window: int) -> None:
     link = delivery_link(delivery._impl)
     if _link_state(link) & _LOCAL_CLOSED:
         return
-    more = window - _link_credit(link) - _link_unsettled(link)
+    more = window - link_credit(link) - _link_unsettled(link)
     if more > 0:
         link_flow(link, more)
 

@@ -255,14 +255,15 @@ class Router:
 
         Messages in and outcomes back reach their InLink and OutLink without a wrapper;
         the control and management links' requests get the wrapped delivery."""
-        attrs = rawproton.link_attrs(rawproton.delivery_link(delivery)) or {}
+        link = rawproton.delivery_link(delivery)
+        attrs = rawproton.link_attrs(link) or {}
         inbound: InLink | None = attrs.get("enmesh_in")
         if inbound is not None:
             inbound.on_delivery()
             return
         out: OutLink | None = attrs.get("enmesh_out")
         if out is None:
-            if rawproton.link_is_receiver(rawproton.delivery_link(delivery)):
+            if rawproton.link_is_receiver(link):
                 self._on_request(conn, Delivery.wrap(delivery))  # type: ignore[no-untyped-call]
         elif rawproton.delivery_updated(delivery):
             out.on_disposition(rawproton.delivery_tag(delivery))
