@@ -265,6 +265,10 @@ class MeshClient:
         if _connection(event).state & Endpoint.LOCAL_ACTIVE:
             _connection(event).close()
 
+    def on_raw_transport(self, source: ProtonSocket, event: Any) -> None:
+        """PN_TRANSPORT (proton has output), as its pointer: nothing to do, and taking it
+        raw spares a wrapper per event (ProtonSocket.process)."""
+
     def _on_transport_error(self, event: Event) -> None:
         self._transport_ended()
 

@@ -66,6 +66,9 @@ class EngineHandler(Protocol):
 
     A handler may also have `on_raw_delivery(source, delivery)`: then delivery events come
     to it, as proton's `pn_delivery_t` pointer (enmesh.router.rawproton), not to on_event.
+    And `on_raw_transport(source, event)`, `on_raw_link_flow(source, event)`: then those
+    events (proton has output: two or more per message; a peer's credit) come to it as the
+    `pn_event_t` pointer, without a wrapper (`Event.wrap(event)` makes one when needed).
     """
 
     def on_event(self, source: ProtonSocket, event: Event) -> None: ...
@@ -104,9 +107,13 @@ class ProtonSocket:
         self._drop_when_written = False
         self.sock = sock
         self.transport = transport
+        # Each wake-up's transport calls go to proton's C functions (rawproton).
+        self._transport_impl = transport._impl
         self.handler = handler
-        # A handler may take delivery events as proton's pointer (EngineHandler).
+        # A handler may take delivery and transport events as proton's pointer.
         self._on_raw_delivery = getattr(handler, "on_raw_delivery", None)
+        self._on_raw_transport = getattr(handler, "on_raw_transport", None)
+        self._on_raw_link_flow = getattr(handler, "on_raw_link_flow", None)
         self.peer = peer
         # SASL credentials are copied from the connection when the transport binds, so a
         # client connection arrives here with its user and password already set.
@@ -124,7 +131,9 @@ class ProtonSocket:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.bind(self.connection)
-        loop.register(sock, self, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        # What the loop watches for, so a wake-up that changes nothing asks the selector nothing.
+        self._interest = selectors.EVENT_READ | selectors.EVENT_WRITE
+        loop.register(sock, self, self._interest)
 
     def has_events(self) -> bool:
         """Whether proton queued events on this connection. The router asks every
@@ -138,8 +147,8 @@ class ProtonSocket:
     def on_readable(self) -> None:
         if self.closed:
             return
-        capacity = self.transport.capacity()
-        if capacity < 0:  # tail closed: proton wants no more input
+        capacity = rawproton.transport_capacity(self._transport_impl)
+        if capacity < 0:  # tail closed (or failed): proton wants no more input
             self._update_interest()
             return
         try:
@@ -194,10 +203,8 @@ class ProtonSocket:
         self.process()
 
     def _push(self, data: bytes) -> None:
-        try:
-            self.transport.push(data)
-        except Exception as exc:  # proton raises on a broken frame after close_tail
-            log.debug("push to %s failed: %s", self.peer, exc)
+        if not rawproton.transport_push(self._transport_impl, data):
+            log.debug("push to %s failed: proton took less than it was given", self.peer)
             self.transport.close_tail()
 
     def send_raw(self, data: bytes) -> None:
@@ -235,11 +242,12 @@ class ProtonSocket:
 
     def _flush(self) -> None:
         head_closed = False
+        transport = self._transport_impl
         if self.tls is not None:  # proton's output goes out through Python's TLS
-            pending = self.transport.pending()
+            pending = rawproton.transport_pending(transport)
             if pending > 0:
-                self.tls.wrap(bytes(self.transport.peek(pending) or b""))
-                self.transport.pop(pending)
+                self.tls.wrap(bytes(rawproton.transport_output(transport, pending)))
+                rawproton.transport_pop(transport, pending)
             head_closed = pending < 0
             self._raw_out += self.tls.take_output()
         while self._raw_out:
@@ -255,20 +263,20 @@ class ProtonSocket:
                 self._finish()
             return
         while True:
-            pending = self.transport.pending()
+            pending = rawproton.transport_pending(transport)
             if pending < 0:  # head closed: everything has been written
                 self._finish()
                 return
             if pending == 0:
                 return
-            sent = self._send(self.transport.peek(pending) or b"")
+            sent = self._send(rawproton.transport_output(transport, pending))
             if sent is None:
                 return
-            self.transport.pop(sent)
+            rawproton.transport_pop(transport, sent)
             if sent < pending:
                 return
 
-    def _send(self, data: bytes) -> int | None:
+    def _send(self, data: bytes | Any) -> int | None:
         """Bytes the socket took; None: it takes no more now (or failed, and is closed)."""
         try:
             sent = self.sock.send(data)
@@ -284,16 +292,19 @@ class ProtonSocket:
         if self.closed:
             return
         events = 0
-        if self.transport.capacity() > 0:
+        transport = self._transport_impl
+        if rawproton.transport_capacity(transport) > 0:
             events |= selectors.EVENT_READ
-        if self._connecting or self._raw_out or self.transport.pending() != 0:
+        if self._connecting or self._raw_out or rawproton.transport_pending(transport) != 0:
             events |= selectors.EVENT_WRITE
         if events == 0:
             if self.transport.closed:
                 self._finish()
                 return
             events = selectors.EVENT_READ  # keep watching for the peer closing
-        self.loop.modify(self.sock, self, events)
+        if events != self._interest:
+            self._interest = events
+            self.loop.modify(self.sock, self, events)
 
     # --- proton events -----------------------------------------------------------------
 
@@ -302,12 +313,19 @@ class ProtonSocket:
         if self.closed:
             return
         collector, on_raw_delivery = self._collector_impl, self._on_raw_delivery
+        on_raw_transport, on_raw_link_flow = self._on_raw_transport, self._on_raw_link_flow
         while (raw := rawproton.collector_peek(collector)) != rawproton.NULL:
-            # A delivery's event goes to the handler as proton's pointer when it takes one:
-            # the per-message path then builds no Event and no wrappers (rawproton).
-            if on_raw_delivery is not None and rawproton.event_type(raw) == rawproton.PN_DELIVERY:
+            # The per-message events go to the handler as proton's pointers when it takes
+            # them: the per-message path then builds no Event, no wrappers (rawproton).
+            kind = rawproton.event_type(raw)
+            if on_raw_delivery is not None and kind == rawproton.PN_DELIVERY:
                 self.loop.work += 1
                 self._dispatch(on_raw_delivery, rawproton.event_delivery(raw), "PN_DELIVERY")
+            elif on_raw_transport is not None and kind == rawproton.PN_TRANSPORT:
+                self._dispatch(on_raw_transport, raw, "PN_TRANSPORT")  # a heartbeat's: no work
+            elif on_raw_link_flow is not None and kind == rawproton.PN_LINK_FLOW:
+                self.loop.work += 1
+                self._dispatch(on_raw_link_flow, raw, "PN_LINK_FLOW")
             else:
                 event = Event.wrap(raw)  # type: ignore[no-untyped-call]
                 self.loop.work += event.type != Event.TRANSPORT  # a heartbeat's is not work
@@ -334,11 +352,14 @@ class ProtonSocket:
     def _schedule_tick(self) -> None:
         if self.closed:
             return
-        deadline = self.transport.tick(self.loop.now())
-        if self._tick is not None and self._tick.deadline == deadline:
-            return  # already armed for that moment: no new heap entry per batch of events
-        if self._tick is not None:
-            self._tick.cancel()
+        deadline = rawproton.transport_tick(self._transport_impl, self.loop.now())
+        tick = self._tick
+        if tick is not None and (not deadline or tick.deadline <= deadline):
+            # Armed for that moment or before: it arms the next deadline when it fires. A
+            # peer's every frame moves its idle deadline on; no heap entry per wake-up.
+            return
+        if tick is not None:
+            tick.cancel()
             self._tick = None
         if deadline:
             self._tick = self.loop.call_at(deadline, self._on_tick, quiet=True)

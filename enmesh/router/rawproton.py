@@ -22,11 +22,14 @@ from proton import Delivery, Disposition, Link, LinkException, Sender
 
 NULL = _ffi.NULL
 PN_DELIVERY = _lib.PN_DELIVERY
+PN_TRANSPORT = _lib.PN_TRANSPORT
+PN_LINK_FLOW = _lib.PN_LINK_FLOW
 
 collector_peek = _lib.pn_collector_peek
 collector_pop = _lib.pn_collector_pop
 event_type = _lib.pn_event_type
 event_delivery = _lib.pn_event_delivery
+event_link = _lib.pn_event_link
 delivery_link = _lib.pn_delivery_link
 delivery_updated = _lib.pn_delivery_updated
 delivery_partial = _lib.pn_delivery_partial
@@ -45,6 +48,7 @@ _new_buffer = _ffi.new
 _link_state = _lib.pn_link_state
 _link_unsettled = _lib.pn_link_unsettled
 link_flow = _lib.pn_link_flow
+link_drain = _lib.pn_link_get_drain
 _LOCAL_CLOSED = _lib.PN_LOCAL_CLOSED
 _link_attachments = _lib.pn_link_attachments
 _record_get_py = _lib.pn_record_get_py
@@ -60,6 +64,14 @@ _delivery_remote = _lib.pn_delivery_remote
 _delivery_remote_state = _lib.pn_delivery_remote_state
 _delivery_local_state = _lib.pn_delivery_local_state
 _delivery_update = _lib.pn_delivery_update
+# A transport's I/O, each socket wake-up: negative counts are proton's end or error codes.
+transport_capacity = _lib.pn_transport_capacity
+transport_pending = _lib.pn_transport_pending
+transport_pop = _lib.pn_transport_pop
+_transport_peek = _lib.pn_transport_peek
+_transport_push = _lib.pn_transport_push
+_transport_tick = _lib.pn_transport_tick
+_buffer = _ffi.buffer
 
 
 def link_attrs(link: Any) -> dict[str, Any] | None:
@@ -78,6 +90,27 @@ def receive(link: Any, size: int) -> bytes:
     buffer = _new_buffer("char[]", size)
     read: int = _link_recv(link, buffer, size)
     return _unpack(buffer, read) if read > 0 else b""
+
+
+def transport_output(transport: Any, size: int) -> Any:
+    """Up to `size` bytes of the transport's pending output as a buffer `socket.send`
+    takes (`Transport.peek`, in one copy where cproton's makes two); empty at its end."""
+    buffer = _new_buffer("char[]", size)
+    read: int = _transport_peek(transport, buffer, size)
+    return _buffer(buffer, read) if read > 0 else b""
+
+
+def transport_push(transport: Any, data: bytes) -> bool:
+    """Hand proton input (`Transport.push`); False if it took less than all of it (its
+    input is closed, or the bytes broke a frame after that)."""
+    taken: int = _transport_push(transport, _from_buffer(data), len(data))
+    return taken == len(data)
+
+
+def transport_tick(transport: Any, now: float) -> float:
+    """`Transport.tick`: seconds in, the next deadline in seconds out (0.0: none)."""
+    deadline: int = _transport_tick(transport, int(now * 1000))
+    return deadline / 1000.0
 
 
 def send(link: Any, data: bytes | bytearray | memoryview) -> None:

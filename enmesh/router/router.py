@@ -230,6 +230,19 @@ class Router:
         else:
             refuse(link, "amqp:not-allowed", "brokers may not attach links to the router")
 
+    def on_raw_link_flow(self, conn: ProtonSocket, event: Any) -> None:
+        """A peer's credit, as proton's pointer (ProtonSocket.process). A consumer's flow
+        on a plain outgoing link, the per-message case, needs no wrapper; the rest (drain,
+        link routes, control links, inbound links) go through `_on_link_flow`."""
+        link = rawproton.event_link(event)
+        attrs = rawproton.link_attrs(link) or {}
+        out: OutLink | None = attrs.get("enmesh_out")
+        if out is None or rawproton.link_drain(link) or "enmesh_partner_in" in attrs:
+            self._on_link_flow(conn, Event.wrap(event))  # type: ignore[no-untyped-call]
+            return
+        out.pump()
+        self.routing.retry_key(out.key)
+
     def _on_link_flow(self, conn: ProtonSocket, event: Event) -> None:
         link = _link(event)
         out: OutLink | None = getattr(link, "enmesh_out", None)
@@ -333,7 +346,9 @@ class Router:
         if _connection(event).state & Endpoint.LOCAL_ACTIVE:
             _connection(event).close()
 
-    def _on_transport(self, conn: ProtonSocket, event: Event) -> None:
+    def on_raw_transport(self, conn: ProtonSocket, event: Any) -> None:
+        """Proton has output (PN_TRANSPORT, as its pointer: ProtonSocket.process); while a
+        login is undecided, it may be its outcome."""
         self.admission.check_login(conn, conn.context["info"].identity)
 
     def _on_transport_error(self, conn: ProtonSocket, event: Event) -> None:

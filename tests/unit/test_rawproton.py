@@ -186,3 +186,50 @@ def test_send_and_receive_carry_the_bytes_as_proton_does(pair: Pair, kind: type)
 def test_send_without_a_current_delivery_is_refused(pair: Pair) -> None:
     with pytest.raises(LinkException):
         rawproton.send(pair.sender._impl, b"no delivery")
+
+
+def _move(source: Transport, sink: Transport) -> int:
+    """What the router's socket does with proton's output and its peer's input, raw."""
+    pending = rawproton.transport_pending(source._impl)
+    if pending <= 0:
+        return 0
+    out = rawproton.transport_output(source._impl, pending)
+    assert bytes(out) == source.peek(pending)  # the same bytes proton-python's peek gives
+    assert rawproton.transport_push(sink._impl, bytes(out))
+    rawproton.transport_pop(source._impl, pending)
+    return pending
+
+
+def test_transport_io_carries_a_message_as_proton_does(pair: Pair) -> None:
+    pair.sender.delivery(b"t")
+    pair.sender.send(b"through raw transport calls")
+    pair.sender.advance()
+    assert _move(pair.client_transport, pair.server_transport) > 0
+    arrived = pair.receiver.current
+    assert arrived is not None and not arrived.partial
+    assert pair.receiver.recv(arrived.pending) == b"through raw transport calls"
+    assert rawproton.transport_pending(pair.client_transport._impl) == 0
+    assert rawproton.transport_output(pair.client_transport._impl, 0) == b""
+
+
+def test_a_closed_input_takes_no_more(pair: Pair) -> None:
+    transport = pair.server_transport
+    assert rawproton.transport_capacity(transport._impl) == transport.capacity() > 0
+    transport.close_tail()
+    assert rawproton.transport_capacity(transport._impl) < 0
+    assert not rawproton.transport_push(transport._impl, b"\x00\x00\x00\x08")
+
+
+def test_tick_gives_proton_pythons_deadline_in_seconds() -> None:
+    client, server = Transport(), Transport(Transport.SERVER)
+    client.idle_timeout = 4.0  # the peer must be heard from: a deadline exists
+    client_connection, server_connection = Connection(), Connection()
+    client.bind(client_connection)
+    server.bind(server_connection)
+    client_connection.open()
+    server_connection.open()
+    while _move(client, server) + _move(server, client):
+        pass
+    raw = rawproton.transport_tick(client._impl, 100.0)
+    assert raw == client.tick(100.0)
+    assert 100.0 < raw <= 104.0
