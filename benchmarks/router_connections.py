@@ -8,7 +8,14 @@ model's `device@iot` (whose plan is raised to admit them) and then stays idle; t
 client is this process, with at most 200 handshakes in flight
 (tests.support.connection_hold). Writes benchmarks/results/router_connections.json.
 
+With `--reference-router PATH` (a qdrouterd 1.19 you built, as for router_throughput.py)
+the same compiled config, sasldb and clients then go through PATH, and the JSON holds its
+figures beside enmesh-router's and their ratios: qdrouterd's memory per idle connection is
+the anchor issue 28 names. Each phase (the set-up rates, then the held connections) runs on
+one engine and then on the other, so the two are measured close in time.
+
     .venv/bin/python benchmarks/router_connections.py [--connections 10000] [--steps 4]
+        [--reference-router PATH]
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,11 +39,12 @@ sys.path.insert(0, str(ROOT))
 from proton import Message  # noqa: E402
 
 from benchmarks.results_file import publish  # noqa: E402
+from benchmarks.router_reference import ENMESH, engine_routers, reference_label  # noqa: E402
 from tests.router.conftest import account  # noqa: E402
 from tests.support import amqp, connection_hold  # noqa: E402
 from tests.support.connect_load import churn_costing, cpu_seconds  # noqa: E402
 from tests.support.fuzz import rss_kb  # noqa: E402
-from tests.support.mesh import SAMPLE_MODEL, Mesh, build_mesh  # noqa: E402
+from tests.support.mesh import SAMPLE_MODEL, Mesh, RouterProcess, build_mesh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "router_connections.json"
 IDLE_SECONDS = 10.0  # how long the router's CPU is watched while it only holds them
@@ -145,23 +154,65 @@ def set_up_rates(mesh: Mesh, count: int) -> dict[str, Any]:
     return rates
 
 
+def on_each_engine(
+    mesh: Mesh, engines: dict[str, list[RouterProcess]], work: Callable[[Mesh], dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """`work` on each engine in turn, its router freshly started on the same config."""
+    found: dict[str, dict[str, Any]] = {}
+    for engine, routers in engines.items():
+        mesh.stop()
+        mesh.routers = routers
+        mesh.start()
+        print(f"{engine}:", flush=True)
+        found[engine] = work(mesh)
+    mesh.stop()
+    return found
+
+
+def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
+    """enmesh-router over the reference: the set-up CPU, and the last step's figures."""
+    pairs = {
+        f"{way}_router_cpu_ms_per_connection": (
+            ours["set_up"][way]["router_cpu_ms_per_connection"],
+            theirs["set_up"][way]["router_cpu_ms_per_connection"],
+        )
+        for way in ours["set_up"]
+    }
+    last_ours, last_theirs = ours["steps"][-1], theirs["steps"][-1]
+    for key in ("kb_per_idle_connection", "router_idle_cpu_percent", "new_client_round_trip_ms"):
+        pairs[key] = (last_ours[key], last_theirs[key])
+    return {key: round(a / b, 2) for key, (a, b) in pairs.items() if b}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument(
+        "--reference-router", type=Path, help="a qdrouterd binary to measure the same way"
+    )
     args = parser.parse_args()
     limit = connection_hold.raise_open_files_limit()
     if limit < args.connections + 1000:
         raise SystemExit(f"open files limit {limit}: too low for {args.connections} connections")
     work = Path(tempfile.mkdtemp(prefix="enmesh-connections-"))
     mesh = build_mesh(work, routers=1, models=[roomy_model(work, args.connections)])
-    mesh.start()
-    try:
-        figures: dict[str, Any] = {"set_up": set_up_rates(mesh, 1000)}
-        figures |= measure(mesh, args.connections, args.steps)
+    engines = {ENMESH: engine_routers(mesh, None)}
+    reference = args.reference_router
+    if reference is not None:
+        engines[reference_label(reference)] = engine_routers(mesh, reference.absolute())
+    try:  # each phase on one engine, then on the other: close in time, on a drifting machine
+        set_up = on_each_engine(mesh, engines, lambda m: {"set_up": set_up_rates(m, 1000)})
+        held = on_each_engine(mesh, engines, lambda m: measure(m, args.connections, args.steps))
     finally:
         mesh.stop()
         shutil.rmtree(work, ignore_errors=True)
+    figures = set_up[ENMESH] | held[ENMESH]
+    if reference is not None:
+        label = reference_label(reference)
+        theirs = set_up[label] | held[label]
+        figures["reference"] = {"router": str(reference), "label": label, **theirs}
+        figures["ratios_enmesh_over_reference"] = ratios(figures, theirs)
     figures |= {
         "connections": args.connections,
         "idle_seconds_watched": IDLE_SECONDS,

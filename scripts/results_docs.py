@@ -89,10 +89,30 @@ _CONNECTION_COLUMNS = (
 )  # fmt: skip
 
 
+_WAYS_TO_CONNECT = (("scram_sha_256", "SCRAM-SHA-256 (plain port)"),
+                    ("plain_over_tls", "PLAIN inside TLS"))  # fmt: skip
+
+
+def _engines(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """enmesh-router's figures, then the reference router's when the run had one."""
+    yield "enmesh-router", data
+    if "reference" in data:
+        yield data["reference"]["label"], data["reference"]
+
+
+def _set_up(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+    yield ("router", "way in", "connections/s", "router CPU per connection")
+    for engine, figures in _engines(data):
+        for key, label in _WAYS_TO_CONNECT:
+            way = figures["set_up"][key]
+            yield engine, label, f"{way['per_s']}/s", f"{way['router_cpu_ms_per_connection']} ms"
+
+
 def _connections(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
-    yield tuple(header for header, _, _ in _CONNECTION_COLUMNS)
-    for step in data["steps"]:
-        yield tuple(fmt.format(step[key]) for _, key, fmt in _CONNECTION_COLUMNS)
+    yield ("router", *(header for header, _, _ in _CONNECTION_COLUMNS))
+    for engine, figures in _engines(data):
+        for step in figures["steps"]:
+            yield engine, *(fmt.format(step[key]) for _, key, fmt in _CONNECTION_COLUMNS)
 
 
 def _pipeline(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
@@ -154,7 +174,10 @@ def _side_by_side(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
         ("three_hops_router_cpu_us_per_msg", "routers' CPU µs per message, three hops"),
         ("paced_p50_ms", "p50 ms at the paced rate, one hop"),
         ("paced_p99_ms", "p99 ms at the paced rate, one hop"),
+        ("paced_router_cpu_us_per_msg", "routers' CPU µs per message at the paced rate"),
     ):
+        if key not in ours:
+            continue  # a run from before the paced rate's CPU was measured
         shown = "{:,.0f}" if key.endswith("msgs_per_s") else "{:,}"
         yield (label, shown.format(ours[key]), shown.format(theirs[key]), f"{ratios.get(key, '—')}")
 
@@ -249,26 +272,23 @@ BENCHES = (
     ),
     Bench(
         "router_connections.json", "Router: connection set-up",
-        f"{PY} benchmarks/router_connections.py --connections 10000 --steps 4",
+        f"{PY} benchmarks/router_connections.py --connections 10000 --steps 4"
+        " --reference-router PATH",
         "1,000 connections opened and closed at once by 2 client processes with 8 handshakes "
         "each in flight, against one router and its sasldb; the router's CPU per connection "
-        "from /proc says what one router core admits.",
-        _pairs(
-            ("SCRAM-SHA-256 (plain port)", "set_up.scram_sha_256.per_s", "{}/s"),
-            ("its router CPU per connection", "set_up.scram_sha_256.router_cpu_ms_per_connection",
-             "{} ms"),
-            ("PLAIN inside TLS", "set_up.plain_over_tls.per_s", "{}/s"),
-            ("its router CPU per connection", "set_up.plain_over_tls.router_cpu_ms_per_connection",
-             "{} ms"),
-        ),
+        "from /proc says what one router core admits. With `--reference-router`, the same "
+        "config, sasldb and clients then go through that router (qdrouterd 1.19 built here).",
+        _set_up,
     ),
     Bench(
         "router_connections.json", "Router: 10,000 concurrent connections",
-        f"{PY} benchmarks/router_connections.py --connections 10000 --steps 4",
+        f"{PY} benchmarks/router_connections.py --connections 10000 --steps 4"
+        " --reference-router PATH",
         "Idle connections logged in with SCRAM-SHA-256 (the router's sasldb) held on one "
         "router, opened 200 handshakes at a time by one client process; at each step the "
         "router's RSS, its CPU while it only keeps them (10 s; heartbeats), and a new "
-        "client's message round trip through it.",
+        "client's message round trip through it; then the same through the reference router "
+        "when one was given (qdrouterd's memory per idle connection is issue 28's anchor).",
         _connections,
     ),
     Bench(

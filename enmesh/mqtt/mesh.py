@@ -189,17 +189,20 @@ class MeshClient:
         self._process()
 
     def _pump(self, sender: Sender) -> None:
-        queue = self.pending.get(sender.target.address or "")
-        while queue and sender.credit > 0:
+        # Per message: proton's C calls on the link, the address kept on its wrapper (a
+        # Terminus wrapper and a string per message otherwise; rawproton).
+        address: str = sender.mqtt_address
+        queue, link = self.pending.get(address), sender._impl
+        while queue and rawproton.link_credit(link) > 0:
             item = queue.popleft()
             # The tag is the token: an outcome finds its publish by it (_updated).
             delivery = rawproton.new_delivery(sender, b"%d" % (item.token or id(item)))
-            sender.send(item.body)
-            sender.advance()
+            rawproton.send(link, item.body)
+            rawproton.link_advance(link)
             if item.settled:
                 delivery.settle()
             else:
-                self.inflight[item.token] = (sender.target.address or "", delivery)
+                self.inflight[item.token] = (address, delivery)
 
     # --- subscribing ---------------------------------------------------------------------
 
@@ -324,13 +327,23 @@ class MeshClient:
         if link.state & Endpoint.LOCAL_ACTIVE:
             link.close()
 
-    def _on_link_flow(self, event: Event) -> None:
-        link = _link(event)
-        if isinstance(link, Sender):
-            self._pump(link)
+    def on_raw_link_flow(self, source: ProtonSocket, event: Any) -> None:
+        """The mesh's credit, as proton's pointer (ProtonSocket): no Event wrapper. A
+        publish link sends what waits for it; the credit of subscriptions is ours."""
+        link = rawproton.event_link(event)
+        if rawproton.link_is_receiver(link):
+            return
+        address = (rawproton.link_attrs(link) or {}).get("mqtt_address")
+        self._dispatching = True
+        try:
+            sender = self.senders.get(address) if address is not None else None
+            if sender is not None:  # a detached one's queue went with it
+                self._pump(sender)
             if self._linger is not None and not self.backlog():
                 self._close_now()
             self.owner.on_credit()
+        finally:
+            self._dispatching = False
 
     def backlog(self) -> int:
         """Messages from the device still waiting for the mesh's credit."""
