@@ -110,7 +110,7 @@ class ProtonSocket:
         # Each wake-up's transport calls go to proton's C functions (rawproton).
         self._transport_impl = transport._impl
         self.handler = handler
-        # A handler may take delivery and transport events as proton's pointer.
+        # A handler may take delivery, transport and credit events as proton's pointers.
         self._on_raw_delivery = getattr(handler, "on_raw_delivery", None)
         self._on_raw_transport = getattr(handler, "on_raw_transport", None)
         self._on_raw_link_flow = getattr(handler, "on_raw_link_flow", None)
