@@ -199,8 +199,9 @@ def main() -> None:
     mesh = build_mesh(work, routers=1, models=[roomy_model(work, args.connections)])
     engines = {ENMESH: engine_routers(mesh, None)}
     reference = args.reference_router
+    label = reference_label(reference) if reference is not None else ""
     if reference is not None:
-        engines[reference_label(reference)] = engine_routers(mesh, reference.absolute())
+        engines[label] = engine_routers(mesh, reference.absolute())
     try:  # each phase on one engine, then on the other: close in time, on a drifting machine
         set_up = on_each_engine(mesh, engines, lambda m: {"set_up": set_up_rates(m, 1000)})
         held = on_each_engine(mesh, engines, lambda m: measure(m, args.connections, args.steps))
@@ -209,7 +210,6 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     figures = set_up[ENMESH] | held[ENMESH]
     if reference is not None:
-        label = reference_label(reference)
         theirs = set_up[label] | held[label]
         figures["reference"] = {"router": str(reference), "label": label, **theirs}
         figures["ratios_enmesh_over_reference"] = ratios(figures, theirs)
