@@ -300,11 +300,10 @@ class BrokerLinks:
             link.enmesh_partner_in = PairedInLink(client, out, capacity)
             link.enmesh_partner_in.refresh()
 
-    def on_flow(self, link: Link) -> None:
-        partner: PairedInLink | None = getattr(link, "enmesh_partner_in", None)
-        if partner is not None:
-            partner.out.pump()
-            partner.refresh()
+    def on_flow(self, partner: PairedInLink) -> None:
+        """Credit on a routed link: its partner's messages may move."""
+        partner.out.pump()
+        partner.refresh()
 
     def on_remote_close(self, link: Link) -> None:
         self._close_partner(link, link.remote_condition)

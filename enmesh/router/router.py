@@ -36,7 +36,7 @@ from enmesh.router import (
     tally,
 )
 from enmesh.router.admission import Admission, AdmissionSettings
-from enmesh.router.brokerlinks import BrokerLinks
+from enmesh.router.brokerlinks import BrokerLinks, PairedInLink
 from enmesh.router.clientlinks import ClientLinks, refuse
 from enmesh.router.config import Listener, RouterConfig
 from enmesh.router.connecting import (
@@ -231,37 +231,31 @@ class Router:
             refuse(link, "amqp:not-allowed", "brokers may not attach links to the router")
 
     def on_raw_link_flow(self, conn: ProtonSocket, event: Any) -> None:
-        """A peer's credit, as proton's pointer (ProtonSocket.process). A consumer's flow
-        on a plain outgoing link, the per-message case, needs no wrapper; the rest (drain,
-        link routes, control links, inbound links) go through `_on_link_flow`."""
+        """A peer's credit, as proton's pointer (ProtonSocket.process). What the router
+        keeps for the link is in its attribute record, and the links it acts on are the
+        wrappers its own objects hold: no Event or Link wrapper per flow."""
         link = rawproton.event_link(event)
         attrs = rawproton.link_attrs(link) or {}
+        partner: PairedInLink | None = attrs.get("enmesh_partner_in")  # a routed link's
         out: OutLink | None = attrs.get("enmesh_out")
-        if out is None or rawproton.link_drain(link) or "enmesh_partner_in" in attrs:
-            self._on_link_flow(conn, Event.wrap(event))  # type: ignore[no-untyped-call]
-            return
-        out.pump()
-        self.routing.retry_key(out.key)
-
-    def _on_link_flow(self, conn: ProtonSocket, event: Event) -> None:
-        link = _link(event)
-        out: OutLink | None = getattr(link, "enmesh_out", None)
         if out is not None:
             out.pump()
-            self.link_routes.on_flow(link)
+            if partner is not None:
+                self.link_routes.on_flow(partner)
             self.routing.retry_key(out.key)
-            if link.drain_mode and not out.waiting and not self.stored_drain.start(out):
-                link.drained()  # nothing to send now: give the consumer its credit back
+            if rawproton.link_drain(link) and not out.waiting and not self.stored_drain.start(out):
+                out.link.drained()  # nothing to send now: give the consumer its credit back
                 self.routing.retry_key(out.key)  # credit given back is no longer demand for stored
-        elif getattr(link, "enmesh_control_sender", False):
+        elif attrs.get("enmesh_control_sender", False):
             self.mesh_links.send_control(conn)
         else:
-            inbound: InLink | None = getattr(link, "enmesh_in", None)
+            inbound: InLink | None = attrs.get("enmesh_in")
             if inbound is not None and (
                 inbound.link.drain_mode or inbound.key in self.stored_drain.waiting
             ):  # a broker link's drain answered, whoever still waits for it
                 self.stored_drain.on_source_flow(inbound)
-            self.link_routes.on_flow(link)
+            if partner is not None:
+                self.link_routes.on_flow(partner)
 
     def on_raw_delivery(self, conn: ProtonSocket, delivery: Any) -> None:
         """A delivery event, as proton's pointer (the per-message path: rawproton).
