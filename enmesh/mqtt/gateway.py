@@ -1,8 +1,9 @@
 """The gateway: MQTT listeners (TCP, TLS, WebSocket) on the router's epoll loop.
 
 Each accepted socket gets a `Session` (MQTT) and, once it sends CONNECT, a `MeshClient`
-(AMQP, the device's own identity). TLS and WebSocket are layers between the socket and
-the session (`enmesh.mqtt.layers`), so one session code serves all three listeners.
+(AMQP, the device's own identity: a session on its user's connection). TLS and WebSocket
+are layers between the socket and the session (`enmesh.mqtt.layers`), so one session
+code serves all three listeners.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from enmesh.mqtt.connections import MeshConnections
 from enmesh.mqtt.layers import Layer, layer_factory
 from enmesh.mqtt.mesh import RouterEndpoint
 from enmesh.mqtt.persistence import persists, resumes
@@ -51,12 +53,17 @@ class Settings:
     addresses: Path | None = None  # the compiled address index: wildcard subscriptions
     # 3.1.1 persistent sessions, and 5.0's "never": how long a parked one is kept
     max_session_expiry: float = 86400.0
+    # one AMQP connection per device, not per user (enmesh.mqtt.connections)
+    connection_per_device: bool = False
 
 
 class Gateway:
     def __init__(self, settings: Settings, loop: Loop | None = None) -> None:
         self.settings = settings
         self.loop = loop or Loop()
+        self.connections = MeshConnections(
+            self.loop, settings.router, per_device=settings.connection_per_device
+        )
         self.sessions: dict[tuple[str, str], Session] = {}  # (space, client id) -> session
         self.sessions_open = 0
         self.refusals = 0

@@ -76,6 +76,12 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, str]:
         help="how long a persistent session (3.1.1 clean session 0; 5.0 expiry 'never', "
         "or longer) is kept while its device is away (default: one day)",
     )
+    parser.add_argument(
+        "--connection-per-device",
+        action="store_true",
+        help="open one AMQP connection per device rather than one per user (the plan's "
+        "connection limit then counts devices; each costs a connection on the router)",
+    )
     parser.add_argument("--log-level", choices=["debug", "info", "warning"], default="info")
     args = parser.parse_args(argv)
     accounts = {}
@@ -95,6 +101,7 @@ def parse_settings(argv: list[str] | None) -> tuple[Settings, str]:
         will_accounts=accounts,
         addresses=args.addresses,
         max_session_expiry=args.max_session_expiry,
+        connection_per_device=args.connection_per_device,
     )
     return settings, args.log_level
 

@@ -1,39 +1,30 @@
-"""One MQTT client's AMQP 1.0 connection to the router mesh, opened with its identity.
+"""One MQTT client on the router mesh: its AMQP session, senders and receivers.
 
 The gateway is an ordinary AMQP client of the mesh: SASL with the device's user and
 password, `open.hostname` = its address space, so the router's policy (not the gateway)
-decides what the device may do. The proton engine is driven by the router's own epoll
-loop machinery (`enmesh.router.engine`), one `ProtonSocket` per device.
+decides what the device may do. Each device is an AMQP session on a connection its user's
+devices share (enmesh.mqtt.connections), driven by the router's own epoll loop machinery
+(`enmesh.router.engine`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from proton import (
-    SASL,
-    Condition,
-    Connection,
-    Delivery,
-    Endpoint,
-    Event,
-    Link,
-    Receiver,
-    Sender,
-    SSLDomain,
-    symbol,
-)
+from proton import Condition, Delivery, Endpoint, Link, Receiver, Sender, Session, symbol
 
 from enmesh.mqtt import packets
 from enmesh.router import rawproton, security
-from enmesh.router.engine import Loop, ProtonSocket, Timer, connect_nonblocking
-from enmesh.router.engine import event_connection as _connection
-from enmesh.router.engine import event_link as _link
+from enmesh.router.engine import Timer
+
+if TYPE_CHECKING:
+    from enmesh.mqtt.connections import MeshConnection, MeshConnections
 
 log = logging.getLogger("enmesh.mqtt.mesh")
 
@@ -48,6 +39,7 @@ CREDIT_WINDOW = 64  # deliveries in flight per subscription: flow control, not a
 QOS0_BACKLOG = 1000  # QoS 0 messages held per address while the mesh gives no credit
 LINGER_SECONDS = 5.0  # how long a closing device's unsent messages may wait for credit
 PAUSE_AT, RESUME_AT = 500, 100  # messages waiting for credit: stop / restart reading the device
+_serials = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -96,13 +88,18 @@ class _Outgoing:
 
 
 class MeshClient:
-    """Senders per topic (attached on first publish), receivers per subscription."""
+    """One device on the mesh: an AMQP session on its user's connection
+    (enmesh.mqtt.connections), senders per topic (attached on first publish), receivers
+    per subscription."""
 
-    def __init__(
-        self, loop: Loop, endpoint: RouterEndpoint, owner: MeshOwner, *, name: str
-    ) -> None:
-        self.loop, self.endpoint, self.owner, self.name = loop, endpoint, owner, name
-        self.socket: ProtonSocket | None = None
+    def __init__(self, connections: MeshConnections, owner: MeshOwner, *, name: str) -> None:
+        self.connections, self.owner, self.name = connections, owner, name
+        self.loop = connections.loop
+        self.conn: MeshConnection | None = None
+        self.session: Session | None = None
+        # Link names: unique on a shared connection, where a device's new session can
+        # attach while its previous one (same client id) is still ending.
+        self.prefix = f"{name}#{next(_serials)}"
         self.senders: dict[str, Sender] = {}
         self.pending: dict[str, deque[_Outgoing]] = {}
         self.receivers: dict[str, Receiver] = {}
@@ -110,52 +107,32 @@ class MeshClient:
         self.inflight: dict[int, tuple[str, Delivery]] = {}  # QoS 1 token -> where, what
         self.opened = False
         self.ended = False
-        self._session: Any = None
-        self._dispatching = False
-        self._process_due = False  # a write is queued for the end of this loop round
         self._linger: Timer | None = None
 
     def open(self, user: str, password: str, space: str) -> None:
-        """Connect as `user` to `space`; the owner hears `on_mesh_open` or a refusal."""
-        try:
-            sock = connect_nonblocking(self.endpoint.host, self.endpoint.port)
-        except OSError as exc:
-            text = f"cannot reach the mesh: {exc.strerror}"
-            self._end(lambda: self.owner.on_mesh_refused(packets.SERVER_UNAVAILABLE, text))
-            return
-        domain = None
-        if self.endpoint.tls:
-            domain = SSLDomain(SSLDomain.MODE_CLIENT)
-            if self.endpoint.ca:
-                domain.set_trusted_ca_db(self.endpoint.ca)
-            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
-        mechanisms = ("SCRAM-SHA-256", "PLAIN") if self.endpoint.tls else ("SCRAM-SHA-256",)
-        transport = security.client_transport(space, mechanisms, self.endpoint.sasl, domain)
-        connection = Connection()
-        security.set_credentials(connection, user, password)
-        connection.hostname = space  # the address space: the router's vhost
-        connection.container = self.name
-        self.socket = ProtonSocket(
-            self.loop,
-            sock,
-            transport,
-            self,
-            peer=f"{self.endpoint.host}:{self.endpoint.port}",
-            connecting=True,
-            connection=connection,
-        )
-        connection.open()
-        self._session = connection.session()
-        self._session.open()
-        self.socket.process()
+        """Log in as `user` to `space`; the owner hears `on_mesh_open` or a refusal."""
+        self.connections.login(self, user, password, space)
+
+    def joined(self, conn: MeshConnection, session: Session) -> None:
+        """The login succeeded: this device's session on its user's connection is open."""
+        self.conn, self.session, self.opened = conn, session, True
+        self.owner.on_mesh_open()
+
+    def refused(self, reason: int, text: str) -> None:
+        self._end(lambda: self.owner.on_mesh_refused(reason, text))
+
+    def lost(self, text: str) -> None:
+        self._end(lambda: self.owner.on_mesh_lost(text))
 
     def close(self) -> None:
-        """A clean close: the mesh sees every link detached, then the connection end.
+        """A clean close: the mesh sees the device's session end (its links with it).
         Messages still waiting for credit go first (for at most LINGER_SECONDS): a device
         that published and left at once must not lose what it sent."""
-        if self.socket is None or self.socket.closed or self.ended:
+        if self.ended:
             return
-        self.ended = True
+        self.ended = True  # a login still on its way: its connection sees this
+        if self.conn is None:
+            return
         if self.backlog() and self._linger is None:
             self._linger = self.loop.call_later(LINGER_SECONDS, self._close_now)
             return
@@ -164,9 +141,8 @@ class MeshClient:
     def _close_now(self) -> None:
         if self._linger is not None:
             self._linger.cancel()
-        if self.socket is not None and not self.socket.closed:
-            self.socket.connection.close()
-            self._process()
+        if self.conn is not None and not self.conn.ended:
+            self.conn.leave(self)
 
     # --- publishing ----------------------------------------------------------------------
 
@@ -175,9 +151,11 @@ class MeshClient:
         the owner's on_outcome."""
         sender = self.senders.get(address)
         if sender is None:
-            sender = self._session.sender(f"{self.name}/pub/{address}")
+            assert self.session is not None
+            sender = self.session.sender(f"{self.prefix}/pub/{address}")
             sender.target.address = address
             sender.mqtt_address = address
+            sender.mqtt_client = self
             sender.snd_settle_mode = Link.SND_MIXED
             sender.open()
             self.senders[address] = sender
@@ -214,9 +192,11 @@ class MeshClient:
             if existing.state & Endpoint.REMOTE_ACTIVE:
                 self.owner.on_subscribed(address, packets.SUCCESS, "")
             return
-        receiver = self._session.receiver(f"{self.name}/sub/{address}")
+        assert self.session is not None
+        receiver = self.session.receiver(f"{self.prefix}/sub/{address}")
         receiver.source.address = address
         receiver.mqtt_address = address
+        receiver.mqtt_client = self
         receiver.open()
         receiver.flow(CREDIT_WINDOW)
         self.receivers[address] = receiver
@@ -238,58 +218,11 @@ class MeshClient:
         rawproton.top_up(delivery, CREDIT_WINDOW)
         self._process()
 
-    # --- proton events (EngineHandler) ---------------------------------------------------
+    # --- what the mesh did, from the connection (enmesh.mqtt.connections) -----------------
 
-    def on_event(self, source: ProtonSocket, event: Event) -> None:
-        handler = getattr(self, f"_{event.type.method}", None)
-        if handler is not None:
-            self._dispatching = True
-            try:
-                handler(event)
-            finally:
-                self._dispatching = False
-
-    def _on_connection_remote_open(self, event: Event) -> None:
-        props = _connection(event).remote_properties or {}
-        if props.get(ESTABLISHMENT_FAILED):
-            return  # the close with its condition follows
-        self.opened = True
-        self.owner.on_mesh_open()
-
-    def _on_connection_remote_close(self, event: Event) -> None:
-        condition = _connection(event).remote_condition
-        text = _describe(condition, "the router closed the connection")
-        if not self.opened:
-            name = condition.name if condition is not None else ""
-            reason = REFUSALS.get(name, packets.SERVER_UNAVAILABLE)
-            self._end(lambda: self.owner.on_mesh_refused(reason, text))
-        else:
-            self._end(lambda: self.owner.on_mesh_lost(text))
-        if _connection(event).state & Endpoint.LOCAL_ACTIVE:
-            _connection(event).close()
-
-    def on_raw_transport(self, source: ProtonSocket, event: Any) -> None:
-        """PN_TRANSPORT (proton has output), as its pointer: nothing to do, and taking it
-        raw spares a wrapper per event (ProtonSocket.process)."""
-
-    def _on_transport_error(self, event: Event) -> None:
-        self._transport_ended()
-
-    def _transport_ended(self) -> None:
-        """The socket or transport ended: before the open, say why the mesh refused."""
-        assert self.socket is not None
-        transport = self.socket.transport
-        text = _describe(transport.condition, "connection to the mesh failed")
-        if self.opened:
-            self._end(lambda: self.owner.on_mesh_lost(text))
-        elif transport.sasl().outcome == SASL.AUTH:
-            text = "authentication failed: wrong user name or password"
-            self._end(lambda: self.owner.on_mesh_refused(packets.BAD_CREDENTIALS, text))
-        else:
-            self._end(lambda: self.owner.on_mesh_refused(packets.SERVER_UNAVAILABLE, text))
-
-    def _on_link_remote_open(self, event: Event) -> None:
-        link = _link(event)
+    def on_link_open(self, link: Link) -> None:
+        if self.ended:
+            return
         if link.is_receiver and link.remote_source.address:
             self.owner.on_subscribed(link.source.address or "", packets.SUCCESS, "")
         elif link.is_sender and link.remote_target.address:
@@ -297,15 +230,16 @@ class MeshClient:
             self.owner.on_sender_attached(link.target.address or "")
         # refused: a null terminus, then the detach with its condition
 
-    def _on_link_remote_close(self, event: Event) -> None:
-        link = _link(event)
+    def on_link_close(self, link: Link) -> None:
+        if self.ended and self.conn is None:
+            return
         condition = link.remote_condition
         reason = (
             packets.NOT_AUTHORIZED
             if condition is not None and condition.name == UNAUTHORIZED
             else packets.UNSPECIFIED
         )
-        text = _describe(condition, "the mesh detached the link")
+        text = describe(condition, "the mesh detached the link")
         if link.is_receiver:
             address = link.source.address or ""
             if _same(self.receivers.get(address), link):
@@ -324,43 +258,28 @@ class MeshClient:
                     del self.inflight[token]
                     delivery.settle()
                     self.owner.on_outcome(token, reason, text)
-        if link.state & Endpoint.LOCAL_ACTIVE:
-            link.close()
 
-    def on_raw_link_flow(self, source: ProtonSocket, event: Any) -> None:
-        """The mesh's credit, as proton's pointer (ProtonSocket): no Event wrapper. A
-        publish link sends what waits for it; the credit of subscriptions is ours."""
-        link = rawproton.event_link(event)
-        if rawproton.link_is_receiver(link):
-            return
+    def on_flow(self, link: Any) -> None:
+        """The mesh's credit on a publish link (proton's pointer): what waits for it goes."""
         address = (rawproton.link_attrs(link) or {}).get("mqtt_address")
-        self._dispatching = True
-        try:
-            sender = self.senders.get(address) if address is not None else None
-            if sender is not None:  # a detached one's queue went with it
-                self._pump(sender)
-            if self._linger is not None and not self.backlog():
-                self._close_now()
-            self.owner.on_credit()
-        finally:
-            self._dispatching = False
+        sender = self.senders.get(address) if address is not None else None
+        if sender is not None:  # a detached one's queue went with it
+            self._pump(sender)
+        if self._linger is not None and not self.backlog():
+            self._close_now()
+        self.owner.on_credit()
 
     def backlog(self) -> int:
         """Messages from the device still waiting for the mesh's credit."""
         return sum(len(queue) for queue in self.pending.values())
 
-    def on_raw_delivery(self, source: ProtonSocket, raw: Any) -> None:
-        """A delivery event as proton's pointer (ProtonSocket): per message no Event, no
-        wrappers of the link, session, connection and transport (enmesh.router.rawproton)."""
-        self._dispatching = True
-        try:
-            link = rawproton.delivery_link(raw)
-            if rawproton.link_is_receiver(link):
-                self._received(link, raw)
-            else:
-                self._updated(raw)
-        finally:
-            self._dispatching = False
+    def on_delivery(self, raw: Any) -> None:
+        """A delivery event as proton's pointer (enmesh.router.rawproton)."""
+        link = rawproton.delivery_link(raw)
+        if rawproton.link_is_receiver(link):
+            self._received(link, raw)
+        else:
+            self._updated(raw)
 
     def _received(self, link: Any, raw: Any) -> None:
         """A message from a subscription, for the owner (its encoded bytes)."""
@@ -384,9 +303,6 @@ class MeshClient:
         if state or rawproton.delivery_settled(raw):
             rawproton.delivery_settle(raw)
 
-    def on_closed(self, source: ProtonSocket) -> None:
-        self._transport_ended()
-
     def _end(self, tell: Callable[[], None]) -> None:
         if self.ended:
             return
@@ -394,19 +310,9 @@ class MeshClient:
         tell()
 
     def _process(self) -> None:
-        """Write what the calls since the last write produced, once per loop round: the
-        round's publishes, settlements and credit leave in one write (and one flow
-        frame), not one each; the round's callbacks run before the loop waits again.
-        From inside an event nothing is due: the socket's own process() is running and
-        writes when the handler returns (calling it would dispatch the event twice)."""
-        if self.socket is not None and not self._dispatching and not self._process_due:
-            self._process_due = True
-            self.loop.call_soon(self._process_now)
-
-    def _process_now(self) -> None:
-        self._process_due = False
-        if self.socket is not None:
-            self.socket.process()
+        """Write at the end of this loop round (MeshConnection.process_soon)."""
+        if self.conn is not None:
+            self.conn.process_soon()
 
 
 _TERMINAL = (Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
@@ -418,15 +324,15 @@ def _outcome(delivery: Delivery) -> tuple[int, str]:
         return packets.SUCCESS, ""
     condition = delivery.remote.condition if state == Delivery.REJECTED else None
     if condition is not None and condition.name == UNAUTHORIZED:
-        return packets.NOT_AUTHORIZED, _describe(condition, "")
+        return packets.NOT_AUTHORIZED, describe(condition, "")
     if state == Delivery.REJECTED:
-        return packets.UNSPECIFIED, _describe(condition, "rejected by the mesh")
+        return packets.UNSPECIFIED, describe(condition, "rejected by the mesh")
     # Released: no consumer took it (multicast with no receiver anywhere settles so): for
     # MQTT a success, 0x10 "no matching subscribers" (3.1.1 just acknowledges it).
     return packets.NO_SUBSCRIBERS, "no consumer took the message"
 
 
-def _describe(condition: Condition | None, default: str) -> str:
+def describe(condition: Condition | None, default: str) -> str:
     if condition is None:
         return default
     return f"{condition.name}: {condition.description}" if condition.description else condition.name

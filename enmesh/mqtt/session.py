@@ -232,10 +232,7 @@ class Session:
             self._refuse_connect(packets.BAD_CREDENTIALS, "password is not UTF-8")
             return
         self.mesh = MeshClient(
-            self.gateway.loop,
-            self.gateway.settings.router,
-            self,
-            name=f"mqtt/{space}/{connect.client_id}",
+            self.gateway.connections, self, name=f"mqtt/{space}/{connect.client_id}"
         )
         self.mesh.open(user, password, space)
 

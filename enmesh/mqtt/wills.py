@@ -212,9 +212,7 @@ class WillService:
                 )
                 continue
             publisher = _Publisher(self, wills)
-            publisher.mesh = MeshClient(
-                self.gateway.loop, self.gateway.settings.router, publisher, name=f"wills/{space}"
-            )
+            publisher.mesh = MeshClient(self.gateway.connections, publisher, name=f"wills/{space}")
             publisher.mesh.open(account[0], account[1], space)
 
 
