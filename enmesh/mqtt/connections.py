@@ -135,7 +135,7 @@ class MeshConnection:
     def join(self, client: MeshClient) -> None:
         assert self.socket is not None
         session = self.socket.connection.session()
-        session.mqtt_client = client  # kept in proton's record: events find their device
+        session.mqtt_client = client.ref  # in proton's record: events find their device
         session.open()
         self.clients.add(client)
         client.joined(self, session)
@@ -190,14 +190,13 @@ class MeshConnection:
     def on_raw_link_flow(self, source: ProtonSocket, event: Any) -> None:
         """The mesh's credit, as proton's pointer: the device of the link sends."""
         link = rawproton.event_link(event)
-        client = (rawproton.link_attrs(link) or {}).get("mqtt_client")
+        client = _device(rawproton.link_attrs(link))
         if client is not None and not rawproton.link_is_receiver(link):
             self._dispatch(client.on_flow, link)
 
     def on_raw_delivery(self, source: ProtonSocket, raw: Any) -> None:
         """A delivery event as proton's pointer: per message no Event and no wrappers."""
-        link = rawproton.delivery_link(raw)
-        client = (rawproton.link_attrs(link) or {}).get("mqtt_client")
+        client = _device(rawproton.link_attrs(rawproton.delivery_link(raw)))
         if client is not None:
             self._dispatch(client.on_delivery, raw)
 
@@ -239,7 +238,7 @@ class MeshConnection:
 
     def _on_session_remote_close(self, event: Event) -> None:
         session = _session(event)
-        client: MeshClient | None = getattr(session, "mqtt_client", None)
+        client = _device(session)
         if session.state & Endpoint.LOCAL_ACTIVE:  # the router ended a device's session
             text = describe(session.remote_condition, "the mesh ended the device's session")
             if client is not None:
@@ -255,13 +254,13 @@ class MeshConnection:
 
     def _on_link_remote_open(self, event: Event) -> None:
         link = _link(event)
-        client: MeshClient | None = getattr(link, "mqtt_client", None)
+        client = _device(link)
         if client is not None:
             client.on_link_open(link)
 
     def _on_link_remote_close(self, event: Event) -> None:
         link = _link(event)
-        client: MeshClient | None = getattr(link, "mqtt_client", None)
+        client = _device(link)
         if client is not None:
             client.on_link_close(link)
         if link.state & Endpoint.LOCAL_ACTIVE:
@@ -296,3 +295,14 @@ class MeshConnection:
         clients, self.clients = self.clients, set()
         for client in clients:
             client.lost(text)
+
+
+def _device(holder: Any) -> MeshClient | None:
+    """The device a proton session or link belongs to, while it lives: `holder` is its
+    wrapper, or a link's attribute record from rawproton (None: no wrapper saw it)."""
+    if holder is None or isinstance(holder, dict):
+        ref = (holder or {}).get("mqtt_client")
+    else:
+        ref = getattr(holder, "mqtt_client", None)
+    device: MeshClient | None = ref() if ref is not None else None
+    return device

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,6 +101,10 @@ class MeshClient:
         # Link names: unique on a shared connection, where a device's new session can
         # attach while its previous one (same client id) is still ending.
         self.prefix = f"{name}#{next(_serials)}"
+        # What proton's records of its session and links hold (events find their device
+        # by it): a weak reference, since the device holds their wrappers, and a cycle
+        # through proton's C side is one Python's collector cannot see.
+        self.ref = weakref.ref(self)
         self.senders: dict[str, Sender] = {}
         self.pending: dict[str, deque[_Outgoing]] = {}
         self.receivers: dict[str, Receiver] = {}
@@ -155,7 +160,7 @@ class MeshClient:
             sender = self.session.sender(f"{self.prefix}/pub/{address}")
             sender.target.address = address
             sender.mqtt_address = address
-            sender.mqtt_client = self
+            sender.mqtt_client = self.ref
             sender.snd_settle_mode = Link.SND_MIXED
             sender.open()
             self.senders[address] = sender
@@ -196,7 +201,7 @@ class MeshClient:
         receiver = self.session.receiver(f"{self.prefix}/sub/{address}")
         receiver.source.address = address
         receiver.mqtt_address = address
-        receiver.mqtt_client = self
+        receiver.mqtt_client = self.ref
         receiver.open()
         receiver.flow(CREDIT_WINDOW)
         self.receivers[address] = receiver
