@@ -16,10 +16,12 @@ mosquitto), 100-byte payloads:
     PUBCOMP), msgs/s at the subscriber, and the servers' CPU per message from /proc
     (mosquitto's; the gateway's and, behind it, the router's): steadier on a shared
     machine than the rates;
+  - throughput MQTT -> AMQP at QoS 0 and 1 (gateway only: mosquitto has no AMQP): the
+    same publisher, an AMQP consumer (proton) on the router that accepts each message;
   - latency p50/p99 at QoS 1, publisher paced at half the gateway's QoS 1 rate;
   - idle connections: N CONNECTed clients held (the iot space's connection limit raised
     to admit them), memory per connection (gateway RSS and, for the gateway, the
-    router's too: each device is an AMQP connection of its own);
+    router's too: each device is an AMQP session on its user's connection);
   - soak: QoS 1 for SOAK seconds through the gateway, its RSS sampled (flat = no leak).
 Figures go to benchmarks/results/mqtt_gateway.json (mqtt_gateway-X.json with --label X: a
 run of other code or settings, kept beside the main one for comparison).
@@ -43,12 +45,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proton import Delivery
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results_file import publish  # noqa: E402
 from benchmarks.router_connections import roomy_model  # noqa: E402
 from enmesh.router.main import raise_descriptor_limit  # noqa: E402
+from tests.support.amqp import Account  # noqa: E402
 from tests.support.connect_load import cpu_seconds  # noqa: E402
 from tests.support.mesh import build_mesh, wait_until  # noqa: E402
 from tests.support.ports import free_port, port_is_listening  # noqa: E402
@@ -70,6 +77,7 @@ class Target:
     subscriber: tuple[str, str] | None
     pid: int
     behind: tuple[int, ...] = ()  # the processes it relays through (the gateway's router)
+    consumer: Account | None = None  # an AMQP consumer's account on that router
 
 
 # --- a minimal blocking MQTT 3.1.1 client ------------------------------------------------
@@ -175,6 +183,58 @@ def _subscriber(target: Target, qos: int, count: int, ready: Any, out: Any) -> N
             pass
 
 
+class _AmqpConsumer(MessagingHandler):  # type: ignore[misc]
+    """MQTT -> AMQP: accepts each message and reads its send time from the bytes, decoding
+    nothing (the device's payload is the message's last data section: its last bytes)."""
+
+    def __init__(self, account: Account, count: int, ready: Any) -> None:
+        super().__init__(prefetch=WINDOW, auto_accept=False)
+        self.account, self.count, self.ready = account, count, ready
+        self.latencies: list[float] = []
+        self.first = self.last = 0.0
+        self.connection: Any = None
+
+    def on_start(self, event: Any) -> None:
+        self.connection = self.account.connect(event.container)
+        event.container.create_receiver(self.connection, TOPIC)
+        event.container.schedule(0.5, self)
+
+    def on_link_opened(self, event: Any) -> None:
+        self.ready.set()
+
+    def on_delivery(self, event: Any) -> None:
+        delivery, link = event.delivery, event.link
+        if delivery.partial or not delivery.readable:
+            return
+        data = link.recv(delivery.pending)
+        link.advance()
+        delivery.update(Delivery.ACCEPTED)
+        delivery.settle()
+        self.last = time.perf_counter()
+        if not self.latencies:
+            self.first = self.last
+        stamp = data[-PAYLOAD : -PAYLOAD + 8]
+        self.latencies.append(self.last - struct.unpack(">d", stamp)[0])
+        if len(self.latencies) >= self.count:
+            self.connection.close()
+
+    def on_timer_task(self, event: Any) -> None:
+        idle = self.latencies and time.perf_counter() - self.last > IDLE_END
+        if idle:  # QoS 0 may lose messages: count what came
+            self.connection.close()
+        elif len(self.latencies) < self.count:
+            event.container.schedule(0.5, self)
+
+
+def _amqp_subscriber(target: Target, qos: int, count: int, ready: Any, out: Any) -> None:
+    assert target.consumer is not None
+    consumer = _AmqpConsumer(target.consumer, count, ready)
+    Container(consumer).run()
+    received = len(consumer.latencies)
+    seconds = consumer.last - consumer.first if received > 1 else 0.0
+    out.put((received, seconds, consumer.latencies))
+
+
 def _publisher(target: Target, qos: int, count: int, rate: float | None) -> None:
     client = Client(target.port, f"pub-{os.getpid()}", target.publisher)
     inflight, next_id, start = 0, 1, time.perf_counter()
@@ -205,10 +265,15 @@ def _acknowledged(client: Client) -> int:
     return 1 if kind >> 4 in (4, 7) else 0
 
 
-def flow(target: Target, qos: int, count: int, rate: float | None = None) -> dict[str, float]:
+def flow(
+    target: Target, qos: int, count: int, rate: float | None = None, *, to_amqp: bool = False
+) -> dict[str, float]:
+    """`count` messages from an MQTT publisher to an MQTT subscriber (`to_amqp`: to an AMQP
+    consumer on the router behind the gateway)."""
     context = multiprocessing.get_context("fork")
     ready, out = context.Event(), context.Queue()
-    sub = context.Process(target=_subscriber, args=(target, qos, count, ready, out))
+    receive = _amqp_subscriber if to_amqp else _subscriber
+    sub = context.Process(target=receive, args=(target, qos, count, ready, out))
     sub.start()
     if not ready.wait(30):
         raise RuntimeError(f"{target.name}: subscriber not ready")
@@ -325,7 +390,15 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
         backend = ("backend@iot", mesh.passwords["backend@iot"])
         targets = [
             Target("mosquitto", mosquitto_port, None, None, mosquitto.pid),
-            Target("gateway", gateway_port, device, backend, gateway.pid, (router.pid,)),
+            Target(
+                "gateway",
+                gateway_port,
+                device,
+                backend,
+                gateway.pid,
+                (router.pid,),
+                Account(mesh.url(0), backend[0], backend[1], "iot"),
+            ),
         ]
         figures: dict[str, Any] = {"runs": args.runs, "messages": args.messages}
         if args.label:
@@ -354,6 +427,18 @@ def main() -> int:  # noqa: PLR0915 - one linear script of measurements
             figures[f"qos{qos}_ratio_gateway_to_mosquitto"] = round(
                 medians["gateway"] / medians["mosquitto"], 3
             )
+        for qos in (0, 1):  # MQTT -> AMQP: the gateway only
+            rates, cpu = [], {"gateway": [], ROUTER: []}
+            for run in range(args.runs):
+                result = flow(targets[1], qos, args.messages, to_amqp=True)
+                rates.append(result["msgs_per_s"])
+                cpu["gateway"].append(result["cpu_us_per_msg"])
+                cpu[ROUTER].append(result["behind_cpu_us_per_msg"])
+                print(f"QoS {qos} run {run + 1} gateway to AMQP: {result['msgs_per_s']:.0f} msg/s")
+            figures[f"qos{qos}_to_amqp_msgs_per_s"] = round(statistics.median(rates))
+            figures[f"qos{qos}_to_amqp_cpu_us_per_msg"] = {
+                name: round(statistics.median(v), 1) for name, v in cpu.items()
+            }
         half = figures["qos1_msgs_per_s"]["gateway"] / 2
         latency: dict[str, Any] = {"rate_msgs_per_s": round(half)}
         for target in targets:

@@ -190,15 +190,32 @@ class MeshConnection:
     def on_raw_link_flow(self, source: ProtonSocket, event: Any) -> None:
         """The mesh's credit, as proton's pointer: the device of the link sends."""
         link = rawproton.event_link(event)
-        client = _device(rawproton.link_attrs(link))
-        if client is not None and not rawproton.link_is_receiver(link):
-            self._dispatch(client.on_flow, link)
+        if rawproton.link_is_receiver(link):
+            return  # the credit of subscriptions is ours
+        attrs = rawproton.link_attrs(link)
+        if attrs is None or (client := _device(attrs)) is None:
+            return
+        self.dispatching = True
+        try:
+            client.on_flow(attrs)
+        finally:
+            self.dispatching = False
 
     def on_raw_delivery(self, source: ProtonSocket, raw: Any) -> None:
-        """A delivery event as proton's pointer: per message no Event and no wrappers."""
-        client = _device(rawproton.link_attrs(rawproton.delivery_link(raw)))
-        if client is not None:
-            self._dispatch(client.on_delivery, raw)
+        """A delivery event as proton's pointer: per message no Event and no wrappers,
+        and the link's attribute record read once (its device, its address)."""
+        link = rawproton.delivery_link(raw)
+        attrs = rawproton.link_attrs(link)
+        if attrs is None or (client := _device(attrs)) is None:
+            return
+        self.dispatching = True
+        try:
+            if rawproton.link_is_receiver(link):
+                client.received(link, raw, attrs)
+            else:
+                client.updated(raw)
+        finally:
+            self.dispatching = False
 
     def on_closed(self, source: ProtonSocket) -> None:
         self._transport_ended()

@@ -178,7 +178,7 @@ class MeshClient:
         queue, link = self.pending.get(address), sender._impl
         while queue and rawproton.link_credit(link) > 0:
             item = queue.popleft()
-            # The tag is the token: an outcome finds its publish by it (_updated).
+            # The tag is the token: an outcome finds its publish by it (updated).
             delivery = rawproton.new_delivery(sender, b"%d" % (item.token or id(item)))
             rawproton.send(link, item.body)
             rawproton.link_advance(link)
@@ -264,9 +264,9 @@ class MeshClient:
                     delivery.settle()
                     self.owner.on_outcome(token, reason, text)
 
-    def on_flow(self, link: Any) -> None:
-        """The mesh's credit on a publish link (proton's pointer): what waits for it goes."""
-        address = (rawproton.link_attrs(link) or {}).get("mqtt_address")
+    def on_flow(self, attrs: dict[str, Any]) -> None:
+        """The mesh's credit on a publish link (its attribute record): what waits goes."""
+        address = attrs.get("mqtt_address")
         sender = self.senders.get(address) if address is not None else None
         if sender is not None:  # a detached one's queue went with it
             self._pump(sender)
@@ -278,24 +278,15 @@ class MeshClient:
         """Messages from the device still waiting for the mesh's credit."""
         return sum(len(queue) for queue in self.pending.values())
 
-    def on_delivery(self, raw: Any) -> None:
-        """A delivery event as proton's pointer (enmesh.router.rawproton)."""
-        link = rawproton.delivery_link(raw)
-        if rawproton.link_is_receiver(link):
-            self._received(link, raw)
-        else:
-            self._updated(raw)
-
-    def _received(self, link: Any, raw: Any) -> None:
-        """A message from a subscription, for the owner (its encoded bytes)."""
+    def received(self, link: Any, raw: Any, attrs: dict[str, Any]) -> None:
+        """A message from a subscription (proton's pointers), for the owner: its bytes."""
         if rawproton.delivery_partial(raw) or not rawproton.delivery_readable(raw):
             return  # more to come, or an update of one already read
         body = rawproton.receive(link, rawproton.delivery_pending(raw))
         rawproton.link_advance(link)
-        address = (rawproton.link_attrs(link) or {}).get("mqtt_address", "")
-        self.owner.on_message(address, rawproton.LeanDelivery(raw), body)
+        self.owner.on_message(attrs.get("mqtt_address", ""), rawproton.LeanDelivery(raw), body)
 
-    def _updated(self, raw: Any) -> None:
+    def updated(self, raw: Any) -> None:
         """The mesh's outcome of a publish: the owner hears it once it is terminal."""
         state = rawproton.delivery_remote_state(raw)
         if not rawproton.delivery_updated(raw) and not state:
