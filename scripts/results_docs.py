@@ -347,9 +347,9 @@ BENCHES = (
         f"{PY} benchmarks/mqtt_gateway.py --mosquitto PATH",
         "Raw-socket MQTT 3.1.1 clients (QoS 0, 1, 2) through the gateway and one "
         "enmesh-router (anycast, end to end), and through Debian's mosquitto 2.0.11, "
-        "interleaved runs, medians; "
-        "then latency at half the gateway's QoS 1 rate, idle connections held and a 60 s "
-        "QoS 1 soak. Analysis: [MQTT gateway](mqtt.md#measured).",
+        "interleaved runs, medians; the same publisher to an AMQP consumer on the router "
+        "(gateway only); then latency at half the gateway's QoS 1 rate, idle connections "
+        "held and a 60 s QoS 1 soak. Analysis: [MQTT gateway](mqtt.md#measured).",
         _pairs(
             ("QoS 0 msg/s, mosquitto", "qos0_msgs_per_s.mosquitto", "{}"),
             ("QoS 0 msg/s, gateway", "qos0_msgs_per_s.gateway", "{}"),
@@ -363,6 +363,8 @@ BENCHES = (
             ("QoS 2 msg/s, gateway", "qos2_msgs_per_s.gateway", "{}"),
             ("QoS 2 not delivered of 60,000, gateway", "qos2_not_delivered.gateway", "{}"),
             ("QoS 2 gateway / mosquitto", "qos2_ratio_gateway_to_mosquitto", "{}"),
+            ("QoS 0 msg/s MQTT -> AMQP consumer, gateway", "qos0_to_amqp_msgs_per_s", "{}"),
+            ("QoS 1 msg/s MQTT -> AMQP consumer, gateway", "qos1_to_amqp_msgs_per_s", "{}"),
             ("QoS 1 p99 ms at half load, mosquitto", f"{_MQTT_LAT}.mosquitto.p99_ms", "{}"),
             ("QoS 1 p99 ms at half load, gateway", f"{_MQTT_LAT}.gateway.p99_ms", "{}"),
             ("idle connections held, gateway", "idle_connections.gateway.held", "{}"),

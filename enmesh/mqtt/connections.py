@@ -59,11 +59,10 @@ class MeshConnections:
     def logged_in(self, login: MeshConnection, client: MeshClient) -> None:
         """The mesh accepted `client`'s login over `login`: it joins its user's connection
         (`login` itself when the user has none with room)."""
-        home = next((c for c in self.shared.get(login.key, []) if c.has_room()), None)
         if client.ended:  # the device left while its login was on its way
-            if home is None:
-                login.close()
+            login.close()
             return
+        home = next((c for c in self.shared.get(login.key, []) if c.has_room()), None)
         if home is None:
             home = login
             self.shared.setdefault(login.key, []).append(login)

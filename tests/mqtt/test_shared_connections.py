@@ -4,6 +4,7 @@ keeps one connection per device. Seen from the router's management: its connecti
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.mqtt.conftest import Device, GatewayProcess, start_gateway
+from tests.mqtt.test_bad_input import connect_packet
 from tests.support.mesh import Mesh, wait_until
 from tests.support.qdmanage import Qdmanage, add_administrator, rows
 
@@ -42,9 +44,7 @@ def per_device_gateway(mqtt_mesh: Mesh, tmp_path: Path) -> Iterator[GatewayProce
         process.stop()
 
 
-def test_devices_of_one_user_share_its_connection(
-    mqtt_mesh: Mesh, gateway: GatewayProcess
-) -> None:
+def test_devices_of_one_user_share_its_connection(mqtt_mesh: Mesh, gateway: GatewayProcess) -> None:
     devices = [connected(gateway.port, mqtt_mesh, "device@iot", f"share-{i}") for i in range(3)]
     other = connected(gateway.port, mqtt_mesh, "backend@iot", "share-backend")
     try:
@@ -102,6 +102,28 @@ def test_a_device_killed_leaves_the_other_devices_of_its_user(
     finally:
         staying.close()
         sender.close()
+
+
+def test_devices_gone_before_their_login_ends_leave_no_connection(
+    mqtt_mesh: Mesh, gateway: GatewayProcess
+) -> None:
+    """A device that hangs up while its login is on its way: the login's connection
+    closes when the login ends, though its user has a connection to join."""
+    staying = connected(gateway.port, mqtt_mesh, "device@iot", "early-staying")
+    try:
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+                sock.sendall(connect_packet("device@iot", mqtt_mesh.passwords["device@iot"]))
+        # a login that starts after theirs: when it is through, so are they
+        later = connected(gateway.port, mqtt_mesh, "device@iot", "early-later")
+        later.close()
+        wait_until(
+            lambda: len(gateway_connections(mqtt_mesh, "mqtt/iot/device@iot")) == 1,
+            15,
+            "only the staying device's connection",
+        )
+    finally:
+        staying.close()
 
 
 def test_connection_per_device_opens_one_for_each(
