@@ -39,7 +39,7 @@ log = logging.getLogger("enmesh.mqtt.connections")
 # Devices on one connection at most: a lost connection loses no more than these at once,
 # and the router, which serves a connection's frames in turn, keeps serving the others.
 DEVICES_PER_CONNECTION = 1000
-Key = tuple[str, str, str]  # (space, user, device name or "" when shared)
+Key = tuple[str, str, str]  # (space, user, "" when shared; else the device's own)
 
 
 class MeshConnections:
@@ -52,9 +52,11 @@ class MeshConnections:
 
     def login(self, client: MeshClient, user: str, password: str, space: str) -> None:
         """Check `user`'s password with the mesh; the client then joins a connection."""
-        key = (space, user, client.name if self.per_device else "")
+        # Per device: a key no other device has, not even a later one with its client id.
+        key = (space, user, client.prefix if self.per_device else "")
         self.logins += 1
-        MeshConnection(self, key, client).open(user, password)
+        container = client.name if self.per_device else f"mqtt/{space}/{user}"
+        MeshConnection(self, key, client).open(user, password, container)
 
     def logged_in(self, login: MeshConnection, client: MeshClient) -> None:
         """The mesh accepted `client`'s login over `login`: it joins its user's connection
@@ -89,6 +91,7 @@ class MeshConnection:
         self.pool, self.key = pool, key
         self.login: MeshClient | None = login  # the device whose login this checks
         self.clients: set[MeshClient] = set()
+        self.ending = 0  # sessions of departed devices the router has not ended yet
         self.socket: ProtonSocket | None = None
         self.opened = False
         self.closing = False
@@ -97,7 +100,7 @@ class MeshConnection:
         self.dispatching = False  # inside the socket's process(): it writes when done
         self._process_due = False
 
-    def open(self, user: str, password: str) -> None:
+    def open(self, user: str, password: str, container: str) -> None:
         space, endpoint = self.key[0], self.pool.endpoint
         try:
             sock = connect_nonblocking(endpoint.host, endpoint.port)
@@ -115,7 +118,7 @@ class MeshConnection:
         connection = Connection()
         security.set_credentials(connection, user, password)
         connection.hostname = space  # the address space: the router's vhost
-        connection.container = self.key[2] or f"mqtt/{space}/{user}"
+        connection.container = container
         self.socket = ProtonSocket(
             self.pool.loop,
             sock,
@@ -129,7 +132,9 @@ class MeshConnection:
         self.socket.process()
 
     def has_room(self) -> bool:
-        return self.opened and not self.closing and len(self.clients) < self.capacity
+        # A departed device's session holds its channel until the router ends it too.
+        used = len(self.clients) + self.ending
+        return self.opened and not self.closing and used < self.capacity
 
     def join(self, client: MeshClient) -> None:
         assert self.socket is not None
@@ -146,6 +151,7 @@ class MeshConnection:
         session = client.session
         if session is not None and session.state & Endpoint.LOCAL_ACTIVE:
             session.close()
+            self.ending += 1
         if not self.clients and self.login is None:
             self.close()
         self.process_soon()
@@ -194,11 +200,7 @@ class MeshConnection:
         attrs = rawproton.link_attrs(link)
         if attrs is None or (client := _device(attrs)) is None:
             return
-        self.dispatching = True
-        try:
-            client.on_flow(attrs)
-        finally:
-            self.dispatching = False
+        self._for_device(client, client.on_flow, attrs)
 
     def on_raw_delivery(self, source: ProtonSocket, raw: Any) -> None:
         """A delivery event as proton's pointer: per message no Event and no wrappers,
@@ -207,14 +209,10 @@ class MeshConnection:
         attrs = rawproton.link_attrs(link)
         if attrs is None or (client := _device(attrs)) is None:
             return
-        self.dispatching = True
-        try:
-            if rawproton.link_is_receiver(link):
-                client.received(link, raw, attrs)
-            else:
-                client.updated(raw)
-        finally:
-            self.dispatching = False
+        if rawproton.link_is_receiver(link):
+            self._for_device(client, client.received, link, raw, attrs)
+        else:
+            self._for_device(client, client.updated, raw)
 
     def on_closed(self, source: ProtonSocket) -> None:
         self._transport_ended()
@@ -223,6 +221,20 @@ class MeshConnection:
         self.dispatching = True
         try:
             handle(what)
+        finally:
+            self.dispatching = False
+
+    def _for_device(self, client: MeshClient, handle: Any, *what: Any) -> None:
+        """One device's part of an event. If it fails, that device ends, not every device
+        of its user: the socket would end the whole connection (ProtonSocket._dispatch)."""
+        self.dispatching = True
+        try:
+            handle(*what)
+        except Exception:
+            log.exception("device %s failed on an event from the mesh; it is ended", client.name)
+            self.clients.discard(client)
+            client.lost("gateway error")
+            self.leave(client)
         finally:
             self.dispatching = False
 
@@ -261,6 +273,8 @@ class MeshConnection:
                 self.clients.discard(client)
                 client.lost(text)
             session.close()
+        else:
+            self.ending -= 1
         # Ended both ways: proton may let it go (with its links); a shared connection
         # lives on, and would otherwise keep every departed device's session.
         session.mqtt_client = None
@@ -272,13 +286,13 @@ class MeshConnection:
         link = _link(event)
         client = _device(link)
         if client is not None:
-            client.on_link_open(link)
+            self._for_device(client, client.on_link_open, link)
 
     def _on_link_remote_close(self, event: Event) -> None:
         link = _link(event)
         client = _device(link)
         if client is not None:
-            client.on_link_close(link)
+            self._for_device(client, client.on_link_close, link)
         if link.state & Endpoint.LOCAL_ACTIVE:
             link.close()
 

@@ -226,8 +226,8 @@ class MeshClient:
     # --- what the mesh did, from the connection (enmesh.mqtt.connections) -----------------
 
     def on_link_open(self, link: Link) -> None:
-        if self.ended:
-            return
+        # Told even while the device is leaving: a retained publish sent just before a
+        # DISCONNECT is stored when its sender attaches (Session.on_sender_attached).
         if link.is_receiver and link.remote_source.address:
             self.owner.on_subscribed(link.source.address or "", packets.SUCCESS, "")
         elif link.is_sender and link.remote_target.address:

@@ -421,8 +421,19 @@ class Session:
         if self.parked:  # held until the device is back (persistence.py)
             persistence.hold(self, topic, delivery, message)
             return
-        packet_id = self._packet_id() if qos else 0
-        outgoing = convert.decode(topic, message, qos, packet_id, self.version)
+        try:
+            outgoing = convert.decode(topic, message, qos, 0, self.version)
+        except Exception as exc:  # any message from the mesh is input here
+            # Not for any MQTT subscriber (invalid UTF-8 in a decoded section, say):
+            # rejected, so a queue dead-letters it rather than offering it again.
+            log.warning(
+                "message to %r for %s rejected: undecodable (%s)", topic, self.identity, exc
+            )
+            if delivery is not None:
+                self.mesh.settle(delivery, Delivery.REJECTED)
+            return
+        if qos:
+            outgoing.packet_id = packet_id = self._packet_id()
         self.transport.write(packets.publish(self.version, outgoing))
         if qos:
             self.to_device[packet_id] = (delivery, outgoing)

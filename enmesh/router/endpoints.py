@@ -25,6 +25,11 @@ def forget_attributes(link: Link) -> None:
             del attrs[name]
 
 
+def link_routed(link: Link) -> bool:
+    """Has the link a partner across a link route (BrokerLinks: either side)?"""
+    return any(getattr(link, name, None) is not None for name in ("enmesh_client", "enmesh_peer"))
+
+
 def closed_both_ways(link: Link) -> bool:
     state = int(link.state)
     return state & _CLOSED_BOTH_WAYS == _CLOSED_BOTH_WAYS

@@ -316,14 +316,24 @@ class Router:
         # router's session when a queue one of its links consumes from is deleted.
         lost = [link for link in _links(conn) if link.session == session]
         auto_links = [a for a in (getattr(x, "enmesh_auto_link", None) for x in lost) if a]
+        # A link-routed link's partner on the broker's connection may still touch it
+        # (BrokerLinks detaches it after a grace): those stay until the connection goes.
+        freeable = [x for x in lost if not endpoints.link_routed(x)]
         self._forget_links(lost)
         if conn.context.get("session") == session:
             del conn.context["session"]  # the router's next links go on a new session
         if session.state & Endpoint.LOCAL_ACTIVE:
             session.close()
+        # Ended both ways: proton may let the links and the session go. A client that
+        # keeps its connection and ends sessions (the MQTT gateway ends one per device)
+        # would otherwise leave them allocated for as long as its connection lives.
+        for link in freeable:
+            endpoints.release(link)
+        if len(freeable) == len(lost):
+            session.free()
         info: ConnectionInfo = conn.context["info"]
-        if lost:
-            condition = session.remote_condition
+        condition = session.remote_condition
+        if lost and (condition is not None or info.role == ROUTE_CONTAINER):
             log.warning(
                 "connection %s (%s %s) ended a session with %d links%s",
                 conn.peer,
@@ -332,6 +342,8 @@ class Router:
                 len(lost),
                 f": {condition.name}: {condition.description}" if condition else "",
             )
+        elif lost:  # a client ending a session of its own accord (a device leaving)
+            log.debug("connection %s ended a session with %d links", conn.peer, len(lost))
         if info.role == ROUTE_CONTAINER and auto_links:
             was_batch = bool(getattr(session, "enmesh_autolink_batch", False))
             self.link_routes.reattach_later(conn, info.name, auto_links, was_batch)

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proton import Message
 
-from tests.mqtt.conftest import Device, GatewayProcess, start_gateway
+from tests.mqtt.conftest import Device, GatewayProcess, amqp_account, start_gateway
 from tests.mqtt.test_bad_input import connect_packet
 from tests.support.mesh import Mesh, wait_until
 from tests.support.qdmanage import Qdmanage, add_administrator, rows
@@ -102,6 +103,31 @@ def test_a_device_killed_leaves_the_other_devices_of_its_user(
     finally:
         staying.close()
         sender.close()
+
+
+def test_a_message_no_device_can_take_ends_no_device(
+    mqtt_mesh: Mesh, gateway: GatewayProcess
+) -> None:
+    """Invalid UTF-8 in a map body, from an AMQP producer: the gateway cannot turn it into
+    a PUBLISH. Each device rejects it; neither device nor their shared connection ends."""
+    devices = [connected(gateway.port, mqtt_mesh, "device@iot", f"poison-{i}") for i in range(2)]
+    producer = amqp_account(mqtt_mesh, "backend@iot").blocking()
+    try:
+        for device in devices:
+            assert [rc.value for rc in device.subscribe("broadcast", qos=1)] == [1]
+        sender = producer.create_sender("broadcast")
+        bad = sender.link.delivery(b"undecodable")
+        sender.link.send(Message(body={"k": "vX"}).encode().replace(b"vX", b"v\xff"))
+        sender.link.advance()
+        producer.wait(lambda: bool(bad.remote_state), msg="the mesh's outcome")
+        sender.send(Message(body=b"after it"))
+        for device in devices:
+            assert device.receive().payload == b"after it"
+        assert all(device.disconnects.empty() for device in devices)
+    finally:
+        producer.close()
+        for device in devices:
+            device.close()
 
 
 def test_devices_gone_before_their_login_ends_leave_no_connection(

@@ -3,10 +3,15 @@ durable subscription (`topic::subscription`), held by the real RabbitMQ behind t
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
+
+from tests.mqtt.conftest import GatewayProcess
+from tests.mqtt.test_bad_input import connect_packet, frame, utf8_field
+from tests.support.mesh import Mesh
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +68,31 @@ def test_retained_message_goes_to_a_later_subscriber(device_factory: Any) -> Non
     assert [rc.value for rc in cleared.subscribe("alerts", qos=1)] == [1]
     assert publisher.publish("alerts", b"live", qos=1) == 0
     assert cleared.receive().payload == b"live"  # first: no retained message came before it
+
+
+def test_a_retained_publish_then_disconnect_at_once_is_kept(
+    mqtt_mesh: Mesh, gateway: GatewayProcess, device_factory: Any
+) -> None:
+    """As `mosquitto_pub -r`: CONNECT, a QoS 0 retained PUBLISH and DISCONNECT in one
+    write. The device is leaving when the mesh attaches its sender: still kept."""
+    publish = frame(0x31, utf8_field("alerts") + b"\x00" + b"left at once")  # 5.0, retain
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(
+            connect_packet("backend@iot", mqtt_mesh.passwords["backend@iot"])
+            + publish
+            + b"\xe0\x00"  # DISCONNECT
+        )
+        while sock.recv(4096):  # until the gateway closes
+            pass
+    late = device_factory("backend@iot", client_id="late-after-quick")
+    assert late.connect() == 0
+    try:
+        assert [rc.value for rc in late.subscribe("alerts", qos=1)] == [1]
+        message = late.receive()
+        assert (message.payload, message.retain) == (b"left at once", True)
+    finally:
+        late.client.publish("alerts", b"", qos=1, retain=True)  # an empty one deletes it
+        assert late.acks.get(timeout=10)[1] == 0
 
 
 def test_a_refused_topic_listed_twice_gets_no_retained_message(device_factory: Any) -> None:

@@ -1,17 +1,22 @@
 """A session that ends without detaching its links (AMQP 1.0 lets it: ending a session
 detaches its links implicitly) takes them out of routing: nothing is routed to them
-afterwards, as if their connection had gone. The broker case (RabbitMQ ending the
-router's session when a queue is deleted) is in tests/router/test_broker_session_end.py."""
+afterwards, as if their connection had gone; and the router lets the ended session and
+its links go, not only when the connection goes (the MQTT gateway ends one session per
+device that leaves, on a connection its user's other devices keep). The broker case
+(RabbitMQ ending the router's session when a queue is deleted) is in
+tests/router/test_broker_session_end.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from proton import Message
+from proton import Endpoint, Message
 from proton.reactor import AtMostOnce
+from proton.utils import BlockingConnection
 
 from tests.router.conftest import account
 from tests.support.amqp import Scenario, run
+from tests.support.fuzz import rss_kb
 from tests.support.mesh import Mesh
 
 MESSAGES = 20
@@ -64,3 +69,48 @@ class ConsumerSessionEnds(Scenario):
 def test_a_consumer_whose_session_ended_gets_nothing_more(full_mesh: Mesh) -> None:
     scenario = run(ConsumerSessionEnds(full_mesh), timeout=30)
     assert sorted(scenario.received) == list(range(MESSAGES))
+
+
+ENDED = 1000  # sessions ended on one connection
+WARM_UP = 200
+
+
+def end_session(connection: BlockingConnection, name: str) -> None:
+    """Open a session with a receiver and a sender, wait until the router attached both,
+    end the session without detaching them (AMQP 1.0 2.5.5: the end detaches them)."""
+    session = connection.conn.session()
+    session.open()
+    receiver = session.receiver(f"{name}/sub")
+    receiver.source.address = "broadcast"
+    receiver.open()
+    receiver.flow(10)
+    sender = session.sender(f"{name}/pub")
+    sender.target.address = "telemetry"
+    sender.open()
+    connection.wait(
+        lambda: bool(receiver.state & sender.state & Endpoint.REMOTE_ACTIVE),
+        msg="the router attaches both links",
+    )
+    session.close()
+    connection.wait(lambda: bool(session.state & Endpoint.REMOTE_CLOSED), msg="the end")
+    session.free()
+
+
+def end_sessions(connection: BlockingConnection, count: int) -> None:
+    for i in range(count):
+        end_session(connection, f"device-{i}")
+
+
+def test_ended_sessions_are_freed_while_their_connection_lives(full_mesh: Mesh) -> None:
+    process = full_mesh.routers[0].process
+    assert process is not None
+    connection = account(full_mesh, 0, "device@iot").blocking()
+    try:
+        end_sessions(connection, WARM_UP)  # the allocator and the tables at their size
+        before = rss_kb(process.pid)
+        end_sessions(connection, ENDED)
+        growth = rss_kb(process.pid) - before
+    finally:
+        connection.close()
+    # Unfreed, each ended session kept about 7.5 KB: 7.5 MB here.
+    assert growth < 2048, f"router RSS grew {growth} KB over {ENDED} ended sessions"
