@@ -48,13 +48,11 @@ class MeshConnections:
     def __init__(self, loop: Loop, endpoint: RouterEndpoint, *, per_device: bool = False) -> None:
         self.loop, self.endpoint, self.per_device = loop, endpoint, per_device
         self.shared: dict[Key, list[MeshConnection]] = {}
-        self.logins = 0  # connections opened, to log in or to carry devices
 
     def login(self, client: MeshClient, user: str, password: str, space: str) -> None:
         """Check `user`'s password with the mesh; the client then joins a connection."""
         # Per device: a key no other device has, not even a later one with its client id.
         key = (space, user, client.prefix if self.per_device else "")
-        self.logins += 1
         container = client.name if self.per_device else f"mqtt/{space}/{user}"
         MeshConnection(self, key, client).open(user, password, container)
 
@@ -78,9 +76,6 @@ class MeshConnections:
             carriers.remove(connection)
             if not carriers:
                 del self.shared[connection.key]
-
-    def connections(self) -> int:
-        return sum(len(carriers) for carriers in self.shared.values())
 
 
 class MeshConnection:
@@ -226,8 +221,9 @@ class MeshConnection:
 
     def _for_device(self, client: MeshClient, handle: Any, *what: Any) -> None:
         """One device's part of an event. If it fails, that device ends, not every device
-        of its user: the socket would end the whole connection (ProtonSocket._dispatch)."""
-        self.dispatching = True
+        of its user: the socket would end the whole connection (ProtonSocket._dispatch).
+        Called inside a wrapped event's _dispatch too: the flag is restored, not cleared."""
+        was_dispatching, self.dispatching = self.dispatching, True
         try:
             handle(*what)
         except Exception:
@@ -236,7 +232,7 @@ class MeshConnection:
             client.lost("gateway error")
             self.leave(client)
         finally:
-            self.dispatching = False
+            self.dispatching = was_dispatching
 
     def _on_connection_remote_open(self, event: Event) -> None:
         connection = _connection(event)
