@@ -115,6 +115,17 @@ def _connections(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
             yield engine, *(fmt.format(step[key]) for _, key, fmt in _CONNECTION_COLUMNS)
 
 
+def _sessions(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+    yield ("router", "CPU per session opened", "CPU per session ended", "KB left per ended session")
+    for engine, figures in _engines(data):
+        yield (
+            engine,
+            f"{figures['router_cpu_us_per_session_opened']} µs",
+            f"{figures['router_cpu_us_per_session_ended']} µs",
+            f"{figures['router_kb_left_per_ended_session']}",
+        )
+
+
 def _pipeline(data: dict[str, Any]) -> Iterator[tuple[str, ...]]:
     yield ("input", "devices", "sustained", "p50", "p99", "p99 queued", "p99 in Spark")
     for run in data["mesh"]:
@@ -290,6 +301,15 @@ BENCHES = (
         "client's message round trip through it; then the same through the reference router "
         "when one was given (qdrouterd's memory per idle connection is issue 28's anchor).",
         _connections,
+    ),
+    Bench(
+        "router_sessions.json", "Router: sessions on one connection",
+        f"{PY} benchmarks/router_sessions.py --sessions 2000 --reference-router PATH",
+        "One client connection opens 2,000 sessions, each with a receiver and a sender (the "
+        "MQTT gateway's devices on their user's connection), then ends them one after "
+        "another; the second of two rounds is measured. The router's CPU from /proc; its "
+        "RSS after the round against before it.",
+        _sessions,
     ),
     Bench(
         "router_soak.json", "Router soak", f"{PY} benchmarks/router_soak.py --messages 10000000",

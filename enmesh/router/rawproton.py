@@ -18,7 +18,7 @@ from typing import Any
 
 from cproton_ffi import ffi as _ffi
 from cproton_ffi import lib as _lib
-from proton import Delivery, Disposition, Link, LinkException, Sender
+from proton import Delivery, Disposition, Link, LinkException, Sender, Session
 
 NULL = _ffi.NULL
 PN_DELIVERY = _lib.PN_DELIVERY
@@ -72,6 +72,10 @@ _transport_peek = _lib.pn_transport_peek
 _transport_push = _lib.pn_transport_push
 _transport_tick = _lib.pn_transport_tick
 _buffer = _ffi.buffer
+_link_head = _lib.pn_link_head
+_link_next = _lib.pn_link_next
+_link_session = _lib.pn_link_session
+_session_connection = _lib.pn_session_connection
 
 
 def link_attrs(link: Any) -> dict[str, Any] | None:
@@ -82,6 +86,20 @@ def link_attrs(link: Any) -> dict[str, Any] | None:
         return None
     attrs: dict[str, Any] = _from_handle(handle)
     return attrs
+
+
+def session_links(session: Session) -> list[Link]:
+    """The links of one session. proton lists links per connection only: a wrapper for
+    each of them (the MQTT gateway puts a thousand devices' sessions on one connection)
+    made every session's end cost milliseconds; pointers are compared instead."""
+    target = session._impl
+    found: list[Link] = []
+    link = _link_head(_session_connection(target), 0)
+    while link != NULL:
+        if _link_session(link) == target:
+            found.append(Link.wrap(link))  # type: ignore[no-untyped-call]
+        link = _link_next(link, 0)
+    return found
 
 
 def receive(link: Any, size: int) -> bytes:

@@ -314,7 +314,7 @@ class Router:
         # Ending a session detaches its links with no detach of their own (AMQP 1.0 2.5.5):
         # they leave the routing tables as if their connection had gone. RabbitMQ ends the
         # router's session when a queue one of its links consumes from is deleted.
-        lost = [link for link in _links(conn) if link.session == session]
+        lost = rawproton.session_links(session)
         auto_links = [a for a in (getattr(x, "enmesh_auto_link", None) for x in lost) if a]
         # A link-routed link's partner on the broker's connection may still touch it
         # (BrokerLinks detaches it after a grace): those stay until the connection goes.

@@ -16,6 +16,7 @@ from proton.utils import BlockingConnection
 
 from tests.router.conftest import account
 from tests.support.amqp import Scenario, run
+from tests.support.device_sessions import open_device_session
 from tests.support.fuzz import rss_kb
 from tests.support.mesh import Mesh
 
@@ -35,7 +36,10 @@ class ConsumerSessionEnds(Scenario):
         self.orphan_session: Any = None
 
     def on_start(self, event: Any) -> None:
-        connection = self.open(account(self.mesh, 0, "backend@iot"))
+        self.open_orphan(self.open(account(self.mesh, 0, "backend@iot")))
+
+    def open_orphan(self, connection: Any) -> None:
+        """A consumer of `telemetry` with credit, in a session that ends under it."""
         self.orphan_session = connection.session()
         self.orphan_session.open()
         orphan = self.orphan_session.receiver("session-ends-under-me")
@@ -78,15 +82,8 @@ WARM_UP = 200
 def end_session(connection: BlockingConnection, name: str) -> None:
     """Open a session with a receiver and a sender, wait until the router attached both,
     end the session without detaching them (AMQP 1.0 2.5.5: the end detaches them)."""
-    session = connection.conn.session()
-    session.open()
-    receiver = session.receiver(f"{name}/sub")
-    receiver.source.address = "broadcast"
-    receiver.open()
-    receiver.flow(10)
-    sender = session.sender(f"{name}/pub")
-    sender.target.address = "telemetry"
-    sender.open()
+    receiver, sender = open_device_session(connection, name)
+    session = receiver.session
     connection.wait(
         lambda: bool(receiver.state & sender.state & Endpoint.REMOTE_ACTIVE),
         msg="the router attaches both links",
@@ -114,3 +111,33 @@ def test_ended_sessions_are_freed_while_their_connection_lives(full_mesh: Mesh) 
         connection.close()
     # Unfreed, each ended session kept about 7.5 KB: 7.5 MB here.
     assert growth < 2048, f"router RSS grew {growth} KB over {ENDED} ended sessions"
+
+
+class NeighbourSessionEnds(ConsumerSessionEnds):
+    """As above, but the consumer that stays is on the same connection as the session
+    that ends, in a session of its own, attached before the end: ending one session must
+    take only that session's links out of routing, not its connection's others."""
+
+    def on_start(self, event: Any) -> None:
+        connection = self.open(account(self.mesh, 0, "backend@iot"))
+        neighbour = connection.session()
+        neighbour.open()
+        live = neighbour.receiver("live")
+        live.source.address = "telemetry"
+        live.open()
+        live.flow(MESSAGES)
+        self.open_orphan(connection)
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "session-ends-under-me":
+            self.orphan_session.close()
+
+    def on_session_remote_close(self, event: Any) -> None:
+        if event.session == self.orphan_session:
+            sender_connection = self.open(account(self.mesh, 0, "device@iot"))
+            event.container.create_sender(sender_connection, "telemetry", options=AtMostOnce())
+
+
+def test_ending_a_session_leaves_its_connections_other_sessions_routed(full_mesh: Mesh) -> None:
+    scenario = run(NeighbourSessionEnds(full_mesh), timeout=30)
+    assert sorted(scenario.received) == list(range(MESSAGES))
