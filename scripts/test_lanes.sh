@@ -11,7 +11,8 @@
 # then types, the rest of pytest and the local-stack scenario. The local stack binds fixed
 # ports on 127.0.0.1; pytest's brokers and routers take free ones and never those
 # (tests/support/ports.py).
-# Lines of the second lane are prefixed `site│ `; the exit status is the worst stage's.
+# Lines of the second lane are prefixed `site│ `; the exit status is lint's when it fails,
+# else 1 if any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MAKE="${MAKE:-make}"

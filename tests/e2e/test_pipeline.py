@@ -72,7 +72,11 @@ def test_readings_sent_through_the_mesh_land_in_parquet(stack: Stack) -> None:
 def test_the_executor_logs_warnings_only(host: Any) -> None:
     """At INFO, each micro-batch wrote about 15 KB to the executor's log (an idle job runs
     a batch every 5 s), in a file nothing rolled. (After the readings above: batches ran.)"""
-    (pid,) = host.check_output("pgrep -f [C]oarseGrainedExecutorBackend").split()
+    # This PID namespace only: make test runs the site scenario beside this one, and root
+    # sees its hosts' processes (systemd-nspawn gives each a PID namespace of its own),
+    # their Spark executors among them.
+    executors = "pgrep --ns $$ --nslist pid -f [C]oarseGrainedExecutorBackend"
+    (pid,) = host.check_output(executors).split()
     assert "-Dlog4j2.configurationFile=file:" in Path(f"/proc/{pid}/cmdline").read_text()
     newest = max(WORK.glob("app-*/*/stderr"), key=lambda log: log.stat().st_mtime)
     info = [line for line in newest.read_text().splitlines() if " INFO " in line]

@@ -61,6 +61,9 @@ def spark_master(spark_hosts: dict[str, Any]) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The migration to the site runs last: its prepare runs site.yml with the source's
-    passwords, and the other checks expect the site as molecule converged it."""
-    items.sort(key=lambda item: item.path.name == "test_migrate.py")
+    """The rolling upgrade runs after the other checks (it needs the whole site their faults
+    leave behind, and installs another build), and the migration to the site last: its
+    prepare runs site.yml with the source's passwords, and the other checks expect the
+    site as molecule converged it."""
+    late = {"test_upgrade.py": 1, "test_migrate.py": 2}
+    items.sort(key=lambda item: late.get(item.path.name, 0))
